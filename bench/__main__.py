@@ -1,0 +1,37 @@
+"""``python -m bench VERB ...``: the stack's command line."""
+from __future__ import annotations
+
+import sys
+
+# verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
+VERBS = {
+    "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, VERBS))
+    lines = ["usage: python -m bench VERB [options]   (python -m bench VERB --help for more)",
+             "", "verbs:"]
+    lines += [f"  {verb:<{width}}  {summary}" for verb, (_, summary) in VERBS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"bench: error: unknown verb {verb!r}; choose from {', '.join(VERBS)}",
+              file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(VERBS[verb][0])
+    return module.main(rest, prog=f"bench {verb}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

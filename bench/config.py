@@ -1,0 +1,277 @@
+"""The trainer's configuration: one dataclass per component, validated once at the entry point.
+
+Every field is a CLI flag (see ``bench.options``). ``TrainConfig.from_args`` parses the
+command line, validates every section and resolves the ``auto`` defaults (device, backend,
+image size, class count), so what the record stores is what actually ran.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import typing
+from pathlib import Path
+
+from bench.models import MODELS
+from bench.options import ConfigError, add_flags, flag_of, from_namespace, option, require
+
+MODEL_NAMES = tuple(MODELS)
+DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+DEVICES = ("auto", "cuda", "cpu")
+BACKENDS = ("auto", "nccl", "gloo")
+
+# Files each on-disk format must have, checked before anything starts.
+FASHION_MNIST_FILES = (
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+)
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class ModelConfig:
+    """Which network to train and its shape."""
+
+    model: str = option("resnet18", "network to train", choices=MODEL_NAMES)
+    image_size: int | None = option(None, "input image side in pixels "
+                                    "(default: 224 for torchvision models, 28 for mlp/smallcnn)")
+    num_classes: int | None = option(None, "output classes (default: the dataset's; 1000 "
+                                     "for synthetic data)")
+    mlp_width: int = option(4096, "hidden width of the deep-and-wide mlp")
+    mlp_depth: int = option(8, "hidden layers of the deep-and-wide mlp")
+
+    def __post_init__(self) -> None:
+        require(self.model in MODEL_NAMES, "model", self.model, f"one of {', '.join(MODEL_NAMES)}")
+        if self.image_size is None:
+            self.image_size = 28 if self.model in ("mlp", "smallcnn") else 224
+        require(self.image_size >= 8, "image_size", self.image_size, "must be at least 8")
+        if self.model == "vit_b_16":
+            require(self.image_size % 16 == 0, "image_size", self.image_size,
+                    "vit_b_16 needs a multiple of 16 (its patch size)")
+        if self.model.startswith("resnet"):
+            require(self.image_size >= 32, "image_size", self.image_size,
+                    "resnets downsample 32x: use 32 or more")
+        require(self.num_classes is None or self.num_classes >= 2, "num_classes",
+                self.num_classes, "must be at least 2")
+        require(self.mlp_width >= 1, "mlp_width", self.mlp_width, "must be a positive integer")
+        require(self.mlp_depth >= 1, "mlp_depth", self.mlp_depth, "must be a positive integer")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class DataConfig:
+    """Where the samples come from and how they are batched."""
+
+    data: str = option("synthetic", "data source: synthetic (one random batch on the device: "
+                       "times compute and communication only) or a real dataset",
+                       choices=DATA_SOURCES)
+    data_dir: Path | None = option(None, "dataset directory (required for real data)")
+    download: bool = option(False, "download cifar10 into --data-dir if it is missing")
+    batch_size: int = option(64, "samples per device per step (the global batch is this "
+                             "x world size x --grad-accum)")
+    workers: int = option(2, "DataLoader worker processes per rank for real data")
+    max_train_samples: int | None = option(None, "use only the first N training samples")
+    max_eval_samples: int | None = option(None, "use only the first N test samples")
+
+    def __post_init__(self) -> None:
+        require(self.data in DATA_SOURCES, "data", self.data, f"one of {', '.join(DATA_SOURCES)}")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be a positive integer")
+        require(self.workers >= 0, "workers", self.workers, "must be 0 or more")
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, name, value, "must be a positive integer")
+        if self.data == "synthetic":
+            return
+        require(self.data_dir is not None, "data_dir", None,
+                f"--data {self.data} needs --data-dir pointing at the dataset")
+        assert self.data_dir is not None  # narrowed for type checkers
+        if self.data == "cifar10" and self.download:
+            return  # torchvision creates and fills the directory
+        require(self.data_dir.is_dir(), "data_dir", self.data_dir,
+                "no such directory" + (" (add --download for cifar10)" if self.data == "cifar10" else ""))
+        if self.data == "fashion-mnist":
+            missing = [n for n in FASHION_MNIST_FILES if not find_idx_file(self.data_dir, n)]
+            require(not missing, "data_dir", self.data_dir,
+                    f"missing Fashion-MNIST files {', '.join(missing)} (raw or .gz); Debian's "
+                    "dataset-fashion-mnist package installs them")
+        elif self.data == "cifar10":
+            require((self.data_dir / "cifar-10-batches-py").is_dir(), "data_dir", self.data_dir,
+                    "no cifar-10-batches-py inside; add --download to fetch it")
+        elif self.data == "imagefolder":
+            require((self.data_dir / "train").is_dir(), "data_dir", self.data_dir,
+                    "imagefolder needs train/<class>/<image> (and optionally val/<class>/...)")
+
+
+def find_idx_file(directory: Path, name: str) -> Path | None:
+    """The raw or gzipped idx file ``name`` in ``directory``, or None."""
+    for candidate in (directory / name, directory / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class ScheduleConfig:
+    """How long to train and what to measure: throughput (--steps) or time to train (--epochs)."""
+
+    steps: int | None = option(None, "throughput mode: time N steps after the warm-up")
+    epochs: int | None = option(None, "time-to-train mode: train E epochs, evaluating after each")
+    warmup_steps: int = option(5, "untimed steps before the timed ones (--steps mode)")
+    target_accuracy: float | None = option(None, "record the time to reach this eval accuracy "
+                                           "(0-1, --epochs mode)")
+    lr: float = option(0.01, "SGD learning rate (momentum 0.9)")
+    seed: int = option(0, "random seed; rank r uses seed + r for its data")
+    log_every: int = option(10, "print progress every N steps on rank 0 (0: never)")
+
+    def __post_init__(self) -> None:
+        require((self.steps is None) != (self.epochs is None), "steps",
+                self.steps, "give exactly one of --steps (throughput) or --epochs (time to train)")
+        require(self.steps is None or self.steps >= 1, "steps", self.steps,
+                "must be a positive integer")
+        require(self.epochs is None or self.epochs >= 1, "epochs", self.epochs,
+                "must be a positive integer")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be 0 or more")
+        require(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+                "target_accuracy", self.target_accuracy, "must be in (0, 1]")
+        require(self.target_accuracy is None or self.epochs is not None, "target_accuracy",
+                self.target_accuracy, "only applies with --epochs")
+        require(self.lr > 0, "lr", self.lr, "must be positive")
+        require(self.log_every >= 0, "log_every", self.log_every, "must be 0 or more")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class PrecisionConfig:
+    """Numeric precision and compiler switches."""
+
+    precision: str = option("fp32", "fp32 (tf32 off), tf32, bf16 or fp16 autocast "
+                            "(fp16 uses a GradScaler)", choices=PRECISIONS)
+    channels_last: bool = option(False, "use the channels-last memory format")
+    compile: bool = option(False, "wrap the model in torch.compile")
+
+    def __post_init__(self) -> None:
+        require(self.precision in PRECISIONS, "precision", self.precision,
+                f"one of {', '.join(PRECISIONS)}")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class DistributedConfig:
+    """Process group and DistributedDataParallel settings."""
+
+    device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
+    backend: str = option("auto", "process group backend: auto is nccl on cuda, gloo on cpu",
+                          choices=BACKENDS)
+    timeout: float = option(300.0, "seconds a collective or rendezvous may wait for a peer "
+                            "before the run fails")
+    bucket_cap_mb: float = option(25.0, "DDP gradient bucket size in MiB")
+    static_graph: bool = option(False, "tell DDP the graph is static")
+    grad_accum: int = option(1, "micro-batches per optimizer step; gradients sync on the last "
+                             "(no_sync on the others)")
+    # The gradient communication hook; the hooks themselves come with the comm benchmark.
+    comm_hook: str = "none"
+
+    def __post_init__(self) -> None:
+        require(self.device in DEVICES, "device", self.device, f"one of {', '.join(DEVICES)}")
+        require(self.backend in BACKENDS, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
+        require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
+        require(self.bucket_cap_mb > 0, "bucket_cap_mb", self.bucket_cap_mb, "must be positive")
+        require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "must be a positive integer")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class OutputConfig:
+    """Where the run record goes."""
+
+    results: Path = option(Path("results/runs.jsonl"), "JSON-lines file the run record is "
+                           "appended to")
+
+    def __post_init__(self) -> None:
+        require(not self.results.is_dir(), "results", self.results,
+                "is a directory: give a file path such as results/runs.jsonl")
+
+
+SECTIONS = {
+    "model": (ModelConfig, "model"),
+    "data": (DataConfig, "data"),
+    "schedule": (ScheduleConfig, "schedule"),
+    "precision": (PrecisionConfig, "precision"),
+    "distributed": (DistributedConfig, "distributed"),
+    "output": (OutputConfig, "output"),
+}
+
+# Fields that say where results go, not what was measured: left out of the config hash so
+# the same measurement written elsewhere is still recognised as the same.
+_UNHASHED = {("output", "results"), ("schedule", "log_every")}
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """The whole run: each component receives only its own section."""
+
+    model: ModelConfig
+    data: DataConfig
+    schedule: ScheduleConfig
+    precision: PrecisionConfig
+    distributed: DistributedConfig
+    output: OutputConfig
+
+    def __post_init__(self) -> None:
+        if self.schedule.epochs is not None:
+            require(self.data.data != "synthetic", "epochs", self.schedule.epochs,
+                    "time to train needs a real dataset (--data fashion-mnist, cifar10 or "
+                    "imagefolder); use --steps with synthetic data")
+        self._resolve_device()
+
+    def _resolve_device(self) -> None:
+        import torch  # deferred: keeps config parsing importable without torch work
+
+        dist = self.distributed
+        has_cuda = torch.cuda.is_available()
+        if dist.device == "auto":
+            dist.device = "cuda" if has_cuda else "cpu"
+        require(dist.device != "cuda" or has_cuda, "device", "cuda",
+                "no CUDA device is visible to torch; use --device cpu")
+        if dist.backend == "auto":
+            dist.backend = "nccl" if dist.device == "cuda" else "gloo"
+        require(not (dist.backend == "nccl" and dist.device == "cpu"), "backend", "nccl",
+                "nccl needs CUDA devices; use --backend gloo on cpu")
+
+    @staticmethod
+    def parser(prog: str = "bench train") -> argparse.ArgumentParser:
+        parser = OneLineErrorParser(
+            prog=prog, description="Train one configuration and append its record to "
+            "--results. Run under torchrun for several processes or nodes.")
+        for cls, title in SECTIONS.values():
+            add_flags(parser, cls, title)
+        return parser
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None, prog: str = "bench train") -> "TrainConfig":
+        """Parse and validate; raises ConfigError (or SystemExit(2) from argparse)."""
+        namespace = cls.parser(prog).parse_args(argv)
+        sections = {name: from_namespace(section_cls, namespace)
+                    for name, (section_cls, _) in SECTIONS.items()}
+        return cls(**sections)
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    def hash(self) -> str:
+        """A short stable hash of what was measured (not where it was written)."""
+        resolved = self.to_dict()
+        for section, field in _UNHASHED:
+            resolved[section].pop(field, None)
+        blob = json.dumps(resolved, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag (exit code 2, as argparse)."""
+
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+__all__ = ["TrainConfig", "ConfigError", "flag_of"] + [cls.__name__ for cls, _ in SECTIONS.values()]

@@ -1,0 +1,108 @@
+"""Where a number came from: software versions, hardware, nodes, image and git state."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+from bench.distributed import DistContext, all_gather_objects
+
+# Environment prefixes whose values change communication behaviour.
+COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty). Inside the image the build passes the commit in BENCH_GIT_COMMIT."""
+    baked = os.environ.get("BENCH_GIT_COMMIT")
+    if baked:
+        dirty = os.environ.get("BENCH_GIT_DIRTY")
+        return baked, None if dirty is None else dirty == "1"
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=_PACKAGE_DIR)
+    if commit is None:
+        return None, None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_PACKAGE_DIR)
+    return commit, bool(status)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_model()
+
+
+def rank_info(ctx: DistContext) -> dict:
+    """What each rank reports about itself; gathered from all ranks into the record."""
+    return {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
+            "hostname": socket.gethostname(), "device": device_name(ctx.device)}
+
+
+def _cuda_versions() -> dict:
+    if not torch.cuda.is_available():
+        return {"cuda": torch.version.cuda, "cudnn": None, "nccl": None, "driver": None}
+    nccl = torch.cuda.nccl.version()
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return {
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
+        "driver": driver.splitlines()[0] if driver else None,
+    }
+
+
+def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
+    """The environment block of the record.
+
+    With ``gather`` it is a collective (every rank must call it) and lists every rank; the
+    failure path calls it without, so a dead peer cannot hang the record of what happened.
+    """
+    import torchvision
+
+    if ctx is None:  # the process group never formed
+        ranks = [{"rank": None, "local_rank": None, "node_rank": None,
+                  "hostname": socket.gethostname(), "device": None}]
+    else:
+        ranks = all_gather_objects(ctx, rank_info(ctx)) if gather else [rank_info(ctx)]
+    commit, dirty = git_state()
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "image_id": os.environ.get("BENCH_IMAGE_ID") or None,
+        "image_digest": os.environ.get("BENCH_IMAGE_DIGEST") or None,
+        "ranks": ranks,
+        "hostnames": sorted({r["hostname"] for r in ranks}),
+        "nnodes": len({r["node_rank"] for r in ranks}),
+        "nproc_per_node": ctx.local_world_size if ctx else None,
+        "world_size": ctx.world_size if ctx else None,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": platform.python_version(),
+        **_cuda_versions(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "comm_env": {k: v for k, v in sorted(os.environ.items())
+                     if k.startswith(COMM_ENV_PREFIXES)},
+    }

@@ -1,0 +1,60 @@
+"""Turn a rank's raw timings into the record's figures."""
+from __future__ import annotations
+
+from bench.devices import device_key, peak_tflops
+from bench.distributed import DistContext, GradientTraffic, max_across_ranks
+from bench.loop import LoopResult
+
+FIRST_LOSSES_KEPT = 5
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0-100), as numpy's default."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
+            traffic: GradientTraffic, flops_per_sample: int | None, device_name: str,
+            precision: str) -> dict:
+    """The measured part of the record. A collective: every rank must call it."""
+    steps = len(result.step_times)
+    # The slowest rank sets the job's pace, so throughput uses the largest time of any rank.
+    train_seconds = max_across_ranks(ctx, result.train_seconds)
+    timed_seconds = max_across_ranks(ctx, result.timed_seconds)
+    global_rate = steps * samples_per_step / train_seconds if train_seconds > 0 else None
+    per_device_rate = global_rate / ctx.world_size if global_rate else None
+    achieved = (flops_per_sample * per_device_rate / 1e12
+                if flops_per_sample and per_device_rate else None)
+    peak = peak_tflops(device_name, precision) if ctx.device.type == "cuda" else None
+    wait = sum(result.data_waits)
+    return {
+        "timed_steps": steps,
+        "samples_per_s": global_rate,
+        "samples_per_s_per_device": per_device_rate,
+        "step_time_s": {"p50": percentile(result.step_times, 50),
+                        "p90": percentile(result.step_times, 90),
+                        "max": max(result.step_times, default=None),
+                        "mean": result.train_seconds / steps if steps else None},
+        "data_wait_share": wait / result.train_seconds if result.train_seconds else None,
+        "train_time_s": train_seconds,
+        "total_time_s": timed_seconds,
+        "epochs": result.epochs,
+        "time_to_target_s": result.time_to_target,
+        "eval_loss": result.eval_loss,
+        "eval_accuracy": result.eval_accuracy,
+        "first_losses": result.losses[:FIRST_LOSSES_KEPT],
+        "final_loss": result.losses[-1] if result.losses else None,
+        "grad_bytes_per_step": traffic.bytes / steps if steps else None,
+        "allreduce_calls_per_step": traffic.calls / steps if steps else None,
+        "flops_per_sample": flops_per_sample,
+        "achieved_tflops_per_device": achieved,
+        "device_peak_key": device_key(device_name) if ctx.device.type == "cuda" else "none",
+        "device_peak_tflops": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+    }

@@ -1,0 +1,161 @@
+"""``python -m bench.train`` / ``torchrun -m bench.train``: train one configuration, record it.
+
+Whatever happens inside the run (an OOM, a dead peer, a bug), rank 0 still appends a record
+with its status and message, so a sweep gets a row instead of a stack trace.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import traceback
+
+import torch
+
+from bench import distributed, provenance, record, summary
+from bench.config import ConfigError, TrainConfig
+from bench.data import build_data
+from bench.loop import Precision, Trainer, make_clock, run_epochs, run_steps
+from bench.models import MODELS, build_model, flops_per_sample, parameter_count
+
+PROG = "bench train"
+
+
+def classify(error: BaseException) -> str:
+    """The record status for a failure: oom, timeout or error."""
+    text = str(error).lower()
+    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
+            or "can't allocate memory" in text:
+        return "oom"
+    if isinstance(error, TimeoutError) or "timed out" in text or "timeout" in text:
+        return "timeout"
+    return "error"
+
+
+def one_line(error: BaseException) -> str:
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
+    if ctx.device.type == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(ctx.device), "cuda_max_allocated"
+    else:  # ru_maxrss is in KiB on Linux
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "max_rss"
+    return int(distributed.max_across_ranks(ctx, float(peak))), kind
+
+
+def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
+    """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
+    torch.manual_seed(cfg.schedule.seed)  # same initial weights on every rank
+    channels = MODELS[cfg.model.model].in_channels
+    data = build_data(cfg.data, channels=channels, size=cfg.model.image_size,
+                      num_classes=cfg.model.num_classes, rank=ctx.rank,
+                      world_size=ctx.world_size, seed=cfg.schedule.seed, device=ctx.device)
+    rec["num_classes"] = data.num_classes
+    model = build_model(cfg.model, data.num_classes)
+    rec["param_count"] = parameter_count(model)
+    fps = flops_per_sample(cfg.model, data.num_classes)
+    memory_format = torch.channels_last if cfg.precision.channels_last else torch.contiguous_format
+    model = model.to(ctx.device, memory_format=memory_format)
+    traffic = distributed.GradientTraffic()
+    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic)
+    if cfg.precision.compile:
+        wrapped = torch.compile(wrapped)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
+    precision = Precision.setup(cfg.precision, ctx.device)
+    trainer = Trainer(wrapped, optimizer, precision, ctx.device, cfg.distributed.grad_accum,
+                      cfg.precision.channels_last)
+    clock = make_clock(ctx.device)
+    samples_per_step = rec["global_batch_size"]
+    if ctx.is_leader:
+        print(f"[bench] {cfg.model.model} on {ctx.world_size} x {ctx.device.type}, global batch "
+              f"{samples_per_step} samples/step, {rec['param_count']:,} parameters",
+              file=sys.stderr, flush=True)
+    if cfg.schedule.steps is not None:
+        result = run_steps(trainer, data, ctx, cfg.schedule, clock, samples_per_step,
+                           on_timing_start=traffic.reset)
+    else:
+        # Evaluate the bare module: eval shards differ in length across ranks, and DDP's
+        # forward would wait for peers that have already finished.
+        result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step)
+    device_name = rec["env"]["ranks"][0]["device"] or ""
+    rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step, traffic=traffic,
+                               flops_per_sample=fps, device_name=device_name,
+                               precision=cfg.precision.precision))
+    rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
+
+
+def skeleton(cfg: TrainConfig, ctx: distributed.DistContext | None) -> dict:
+    """The record's fields known before anything runs."""
+    world = ctx.world_size if ctx else None
+    per_device = cfg.data.batch_size * cfg.distributed.grad_accum
+    return {
+        "schema_version": record.SCHEMA_VERSION,
+        "run_id": record.new_run_id(),
+        "utc_time": record.utc_now(),
+        "status": "error",
+        "error": None,
+        "mode": "steps" if cfg.schedule.steps is not None else "epochs",
+        "config_hash": cfg.hash(),
+        "config": cfg.to_dict(),
+        "seed": cfg.schedule.seed,
+        "comm_hook": cfg.distributed.comm_hook,
+        "world_size": world,
+        "batch_size_per_device": cfg.data.batch_size,
+        "global_batch_size": per_device * world if world else None,
+    }
+
+
+def run(cfg: TrainConfig) -> int:
+    """Run a validated config; returns the exit code (0 ok, 1 failed)."""
+    ctx = None
+    rec = skeleton(cfg, None)
+    try:
+        ctx = distributed.init(cfg.distributed)
+        rec = skeleton(cfg, ctx)
+        rec["env"] = provenance.collect(ctx)
+        rec["nnodes"], rec["nproc_per_node"] = rec["env"]["nnodes"], ctx.local_world_size
+        measure(cfg, ctx, rec)
+        rec["status"] = "ok"
+    except KeyboardInterrupt as interrupt:
+        rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
+        _finish(cfg, ctx, rec)
+        raise SystemExit(130) from interrupt
+    except Exception as failure:  # noqa: BLE001 - every failure becomes a record
+        rec["status"], rec["error"] = classify(failure), one_line(failure)
+        if "env" not in rec:
+            rec["env"] = provenance.collect(ctx, gather=False)
+        traceback.print_exc(file=sys.stderr)
+    return _finish(cfg, ctx, rec)
+
+
+def _finish(cfg: TrainConfig, ctx: distributed.DistContext | None, rec: dict) -> int:
+    leader = ctx is None or ctx.is_leader
+    if leader:
+        record.append(cfg.output.results, rec)
+        record.emit(rec)
+    try:
+        distributed.shutdown()
+    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
+        pass
+    if rec["status"] == "ok":
+        if leader:
+            print(f"[bench] ok: {rec['samples_per_s']:.1f} samples/s; record appended to "
+                  f"{cfg.output.results}", file=sys.stderr)
+        return 0
+    where = f"record appended to {cfg.output.results}" if leader else "rank 0 writes the record"
+    print(f"{PROG}: FAILED ({rec['status']}): {rec['error']}; {where}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    try:
+        cfg = TrainConfig.from_args(argv, prog)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
