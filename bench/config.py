@@ -88,8 +88,9 @@ class DataConfig:
         assert self.data_dir is not None  # narrowed for type checkers
         if self.data == "cifar10" and self.download:
             return  # torchvision creates and fills the directory
+        download_hint = " (add --download for cifar10)" if self.data == "cifar10" else ""
         require(self.data_dir.is_dir(), "data_dir", self.data_dir,
-                "no such directory" + (" (add --download for cifar10)" if self.data == "cifar10" else ""))
+                "no such directory" + download_hint)
         if self.data == "fashion-mnist":
             missing = [n for n in FASHION_MNIST_FILES if not find_idx_file(self.data_dir, n)]
             require(not missing, "data_dir", self.data_dir,
@@ -246,7 +247,7 @@ class TrainConfig:
         return parser
 
     @classmethod
-    def from_args(cls, argv: list[str] | None, prog: str = "bench train") -> "TrainConfig":
+    def from_args(cls, argv: list[str] | None, prog: str = "bench train") -> TrainConfig:
         """Parse and validate; raises ConfigError (or SystemExit(2) from argparse)."""
         namespace = cls.parser(prog).parse_args(argv)
         sections = {name: from_namespace(section_cls, namespace)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ class Precision:
     scaler: torch.amp.GradScaler
 
     @classmethod
-    def setup(cls, cfg: PrecisionConfig, device: torch.device) -> "Precision":
+    def setup(cls, cfg: PrecisionConfig, device: torch.device) -> Precision:
         tf32 = cfg.precision == "tf32"
         # fp32 means true fp32: tf32 tensor-core math is opted into, never implied.
         torch.backends.cuda.matmul.allow_tf32 = tf32

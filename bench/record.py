@@ -9,9 +9,9 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 SCHEMA_VERSION = 1
 # A launcher captures the record from stdout: the line after this marker is the JSON.

@@ -1,0 +1,74 @@
+"""Shared helpers: launch the real trainer under torchrun and read back its records."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench import record
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI") == "true"
+FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
+                            "/usr/share/datasets/fashion-mnist"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist_dir() -> Path:
+    for candidate in filter(None, FASHION_MNIST_CANDIDATES):
+        if (Path(candidate) / "train-images-idx3-ubyte.gz").exists():
+            return Path(candidate)
+    message = ("Fashion-MNIST idx files not found: install Debian's dataset-fashion-mnist "
+               "(scripts/install-host.sh does) or set BENCH_FASHION_MNIST_DIR")
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@dataclass
+class Launch:
+    returncode: int
+    stdout: str
+    stderr: str
+    records: list[dict]      # records appended to the results file
+    printed: list[dict]      # records printed after the marker on stdout
+
+
+def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 300,
+           env: dict | None = None, torchrun: bool = True) -> Launch:
+    """Run the trainer as a user would: torchrun -m bench.train ... (or plain python -m)."""
+    base = [sys.executable, "-m"]
+    if torchrun:
+        base += ["torch.distributed.run", "--nproc_per_node", str(nproc),
+                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m"]
+    cmd = base + ["bench.train", "--results", str(results), *args]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+    records = list(record.read(results)) if results.exists() else []
+    return Launch(proc.returncode, proc.stdout, proc.stderr, records,
+                  record.parse_stdout(proc.stdout))
+
+
+def validate(rec: dict) -> None:
+    import jsonschema
+
+    jsonschema.validate(rec, record.schema(), format_checker=jsonschema.FormatChecker())
+
+
+def dump(result: Launch) -> str:
+    """Context for a failed assertion."""
+    return f"rc={result.returncode}\nstderr tail:\n{result.stderr[-3000:]}\nrecords:\n" + \
+        json.dumps(result.records, indent=1)[:3000]

@@ -1,0 +1,116 @@
+"""The trainer as users run it: torchrun with 2 gloo processes, real data, real failures."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from bench import train
+from bench.loop import Trainer
+from conftest import dump, free_port, launch, validate
+
+pytestmark = pytest.mark.e2e
+
+SYNTHETIC = ["--steps", "4", "--warmup-steps", "1", "--model", "resnet18", "--image-size", "32",
+             "--batch-size", "8", "--log-every", "2"]
+
+
+def test_synthetic_steps_two_processes(tmp_path):
+    result = launch(SYNTHETIC, tmp_path / "runs.jsonl", nproc=2)
+    assert result.returncode == 0, dump(result)
+    assert len(result.records) == 1, "only rank 0 writes"
+    rec = result.records[0]
+    assert result.printed == [rec], "the record is printed after the marker too"
+    validate(rec)
+    assert rec["status"] == "ok" and rec["mode"] == "steps"
+    assert rec["world_size"] == 2 and rec["nproc_per_node"] == 2 and rec["nnodes"] == 1
+    assert [r["rank"] for r in rec["env"]["ranks"]] == [0, 1]
+    assert rec["global_batch_size"] == rec["batch_size_per_device"] * 2 == 16
+    assert rec["samples_per_s"] == pytest.approx(rec["samples_per_s_per_device"] * 2)
+    assert rec["samples_per_s"] == pytest.approx(
+        rec["timed_steps"] * rec["global_batch_size"] / rec["train_time_s"])
+    # fp32 gradients of every parameter, once per step, as DDP sent them.
+    assert rec["grad_bytes_per_step"] == rec["param_count"] * 4
+    steps = rec["step_time_s"]
+    assert 0 < steps["p50"] <= steps["p90"] <= steps["max"]
+    assert rec["timed_steps"] == 4 and len(rec["first_losses"]) == 5  # warm-up + timed
+    assert rec["flops_per_sample"] > 0 and rec["mfu"] is None  # no peak for a CPU
+    assert rec["peak_memory_kind"] == "max_rss" and rec["peak_memory_bytes"] > 0
+    assert 0 <= rec["data_wait_share"] < 0.5
+    assert rec["env"]["comm_env"] == {} or all(
+        k.startswith(("NCCL_", "GLOO_", "TORCH_NCCL_")) for k in rec["env"]["comm_env"])
+    assert "step 2/4" in result.stderr, "progress is shown"
+
+
+def test_fashion_mnist_epochs_two_processes_learns(tmp_path, fashion_mnist_dir):
+    args = ["--epochs", "2", "--data", "fashion-mnist", "--data-dir", str(fashion_mnist_dir),
+            "--model", "smallcnn", "--batch-size", "32", "--lr", "0.05",
+            "--max-train-samples", "4000", "--max-eval-samples", "1000", "--workers", "1",
+            "--target-accuracy", "0.5"]
+    result = launch(args, tmp_path / "runs.jsonl", nproc=2, env={"GLOO_SOCKET_IFNAME": "lo"})
+    assert result.returncode == 0, dump(result)
+    rec = result.records[0]
+    validate(rec)
+    assert rec["mode"] == "epochs" and len(rec["epochs"]) == 2
+    assert rec["eval_accuracy"] > 0.5, "clearly above chance (10%)"
+    assert rec["eval_accuracy"] == rec["epochs"][-1]["eval_accuracy"]
+    assert rec["time_to_target_s"] is not None
+    assert rec["time_to_target_s"] <= rec["total_time_s"]
+    assert rec["total_time_s"] >= sum(e["train_s"] + e["eval_s"] for e in rec["epochs"]) * 0.99
+    # 4000 samples / (32 x 2) = 62 full steps per epoch.
+    assert rec["timed_steps"] == 2 * 62
+    assert rec["env"]["comm_env"]["GLOO_SOCKET_IFNAME"] == "lo"  # torchrun adds TORCH_NCCL_*
+
+
+def test_same_seed_same_first_losses(tmp_path):
+    args = ["--steps", "3", "--warmup-steps", "0", "--model", "smallcnn", "--batch-size", "16",
+            "--seed", "7"]
+    first = launch(args, tmp_path / "a.jsonl", nproc=2)
+    second = launch(args, tmp_path / "b.jsonl", nproc=2)
+    other = launch(args[:-1] + ["8"], tmp_path / "c.jsonl", nproc=2)
+    for result in (first, second, other):
+        assert result.returncode == 0, dump(result)
+    losses = [r.records[0]["first_losses"] for r in (first, second, other)]
+    assert len(losses[0]) == 3
+    assert losses[0] == losses[1]
+    assert losses[0] != losses[2]
+
+
+def test_oom_inside_a_step_writes_an_oom_record(tmp_path, monkeypatch, capsys):
+    calls = {"n": 0}
+    real_step = Trainer.step
+
+    def step_then_oom(self, batches):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_step(self, batches)
+
+    monkeypatch.setattr(Trainer, "step", step_then_oom)
+    results = tmp_path / "runs.jsonl"
+    code = train.main(["--steps", "5", "--warmup-steps", "1", "--model", "smallcnn",
+                       "--batch-size", "4", "--results", str(results)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "FAILED (oom)" in err and "out of memory" in err
+    (rec,) = [__import__("json").loads(line) for line in results.read_text().splitlines()]
+    validate(rec)
+    assert rec["status"] == "oom" and "Tried to allocate" in rec["error"]
+    assert rec["config"]["data"]["batch_size"] == 4 and rec["env"]["torch"]
+
+
+def test_missing_peer_times_out_with_a_record(tmp_path):
+    # Rank 0 of a 2-process job whose peer never comes: rendezvous must give up at --timeout.
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    started = time.monotonic()
+    result = launch(["--steps", "2", "--model", "smallcnn", "--timeout", "5"],
+                    tmp_path / "runs.jsonl", env=env, torchrun=False, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, dump(result)
+    rec = result.records[0]
+    validate(rec)
+    assert rec["status"] == "timeout", rec["error"]
+    assert "FAILED (timeout)" in result.stderr
+    assert elapsed < 60, f"took {elapsed:.0f}s: the timeout was not applied"
