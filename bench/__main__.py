@@ -6,6 +6,10 @@ import sys
 # verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
 VERBS = {
     "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
+    "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
+    "table": ("bench.table", "print the runs of result files as a table"),
+    "settings": ("bench.settings", "check a node's stack settings before Compose starts"),
+    "dataset": ("bench.dataset", "stage a dataset into the NFS export with a SHA-256 manifest"),
 }
 
 

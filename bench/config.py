@@ -21,6 +21,7 @@ MODEL_NAMES = tuple(MODELS)
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
+MANIFEST_CHECKS = ("all", "sample", "off")
 BACKENDS = ("auto", "nccl", "gloo")
 
 # Files each on-disk format must have, checked before anything starts.
@@ -73,11 +74,19 @@ class DataConfig:
     workers: int = option(2, "DataLoader worker processes per rank for real data")
     max_train_samples: int | None = option(None, "use only the first N training samples")
     max_eval_samples: int | None = option(None, "use only the first N test samples")
+    manifest_check: str = option("all", "before training, check the dataset against its "
+                                 "MANIFEST.sha256: all files, a sample, or off",
+                                 choices=MANIFEST_CHECKS)
+    manifest_sample: int = option(64, "files checked with --manifest-check sample")
 
     def __post_init__(self) -> None:
         require(self.data in DATA_SOURCES, "data", self.data, f"one of {', '.join(DATA_SOURCES)}")
         require(self.batch_size >= 1, "batch_size", self.batch_size, "must be a positive integer")
         require(self.workers >= 0, "workers", self.workers, "must be 0 or more")
+        require(self.manifest_check in MANIFEST_CHECKS, "manifest_check", self.manifest_check,
+                f"one of {', '.join(MANIFEST_CHECKS)}")
+        require(self.manifest_sample >= 1, "manifest_sample", self.manifest_sample,
+                "must be a positive integer")
         for name in ("max_train_samples", "max_eval_samples"):
             value = getattr(self, name)
             require(value is None or value >= 1, name, value, "must be a positive integer")

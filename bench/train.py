@@ -11,7 +11,7 @@ import traceback
 
 import torch
 
-from bench import distributed, provenance, record, summary
+from bench import distributed, manifest, provenance, record, summary
 from bench.config import ConfigError, TrainConfig
 from bench.data import build_data
 from bench.loop import Precision, Trainer, make_clock, run_epochs, run_steps
@@ -46,6 +46,11 @@ def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
 
 def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
+    if cfg.data.data_dir is not None:
+        # Before anything trains: every node must read the bytes the manifest promises.
+        rec["dataset_manifest_sha256"] = manifest.verify(
+            cfg.data.data_dir, cfg.data.manifest_check, cfg.data.manifest_sample,
+            cfg.schedule.seed)
     torch.manual_seed(cfg.schedule.seed)  # same initial weights on every rank
     channels = MODELS[cfg.model.model].in_channels
     data = build_data(cfg.data, channels=channels, size=cfg.model.image_size,
@@ -103,6 +108,7 @@ def skeleton(cfg: TrainConfig, ctx: distributed.DistContext | None) -> dict:
         "world_size": world,
         "batch_size_per_device": cfg.data.batch_size,
         "global_batch_size": per_device * world if world else None,
+        "dataset_manifest_sha256": None,
     }
 
 

@@ -1,0 +1,109 @@
+"""``python -m bench dataset``: stage a dataset into the NFS export with a SHA-256 manifest.
+
+  python -m bench dataset stage fashion-mnist [--src DIR] [--export nfs/export]
+  python -m bench dataset stage imagefolder --src DIR [--name NAME]
+  python -m bench dataset stage cifar10 [--src DIR | --download]
+  python -m bench dataset verify DIR [--sample N]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from bench import manifest
+from bench.config import FASHION_MNIST_FILES, OneLineErrorParser, find_idx_file
+
+DEFAULT_SOURCES = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
+DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
+
+
+def _fail(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+
+
+def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> str | None:
+    """Copy the dataset into ``dest``; returns an error message for the user, or None."""
+    if dataset == "fashion-mnist":
+        src = src or DEFAULT_SOURCES[dataset]
+        files = [find_idx_file(src, name) for name in FASHION_MNIST_FILES]
+        if not all(files):
+            return (f"--src {src}: Fashion-MNIST idx files not found; install Debian's "
+                    "dataset-fashion-mnist or point --src at the four idx files")
+        for path in files:
+            shutil.copy2(path, dest / path.name)
+    elif dataset == "cifar10":
+        if download:
+            from torchvision.datasets import CIFAR10
+
+            CIFAR10(dest, train=True, download=True)
+            (dest / "cifar-10-python.tar.gz").unlink(missing_ok=True)
+        elif src is None or not (src / "cifar-10-batches-py").is_dir():
+            return f"--src {src}: needs a directory holding cifar-10-batches-py (or --download)"
+        else:
+            _copy_tree(src / "cifar-10-batches-py", dest / "cifar-10-batches-py")
+    elif dataset == "imagefolder":
+        if src is None or not (src / "train").is_dir():
+            return f"--src {src}: needs a directory with train/<class>/<image> (and val/)"
+        for split in ("train", "val"):
+            if (src / split).is_dir():
+                _copy_tree(src / split, dest / split)
+    return None
+
+
+def stage(args: argparse.Namespace, prog: str) -> int:
+    dest = args.export / (args.name or args.dataset)
+    dest.mkdir(parents=True, exist_ok=True)
+    problem = _stage_files(args.dataset, args.src, dest, args.download)
+    if problem:
+        return _fail(prog, problem)
+    # The export is root-squashed: clients read as nobody, so everything is world-readable.
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    written = manifest.write(dest)
+    count = len(manifest.parse(written))
+    print(f"staged {args.dataset} in {dest}: {count} files, manifest {written} "
+          f"(sha256 {manifest.sha256_file(written)[:16]})")
+    return 0
+
+
+def verify(args: argparse.Namespace, prog: str) -> int:
+    if not (args.directory / manifest.MANIFEST_NAME).is_file():
+        return _fail(prog, f"{args.directory}: no {manifest.MANIFEST_NAME}; stage it first")
+    try:
+        digest = manifest.verify(args.directory, "sample" if args.sample else "all",
+                                 args.sample or 1)
+    except manifest.ManifestMismatch as mismatch:
+        print(f"{prog}: FAILED: {mismatch}", file=sys.stderr)
+        return 1
+    print(f"{args.directory}: matches its manifest (sha256 {digest[:16]})")
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "bench dataset") -> int:
+    parser = OneLineErrorParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    p_stage = sub.add_parser("stage", help="copy a dataset into the export and write its manifest")
+    p_stage.add_argument("dataset", choices=DATASETS)
+    p_stage.add_argument("--src", type=Path, help="where the dataset is now "
+                         "(default for fashion-mnist: /usr/share/datasets/fashion-mnist)")
+    p_stage.add_argument("--export", type=Path, default=Path("nfs/export"),
+                         help="the export directory (default: %(default)s)")
+    p_stage.add_argument("--name", help="directory name in the export (default: the dataset)")
+    p_stage.add_argument("--download", action="store_true", help="cifar10: download it")
+    p_verify = sub.add_parser("verify", help="check a staged dataset against its manifest")
+    p_verify.add_argument("directory", type=Path)
+    p_verify.add_argument("--sample", type=int, default=0, help="check N random files only")
+    args = parser.parse_args(argv)
+    return stage(args, prog) if args.action == "stage" else verify(args, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+#!/bin/sh
+# One node of a job: torchrun with this node's rank, then the trainer with BENCH_ARGS.
+# With arguments, runs them instead (e.g. `docker run IMAGE python -m bench --help`).
+set -eu
+if [ "$#" -gt 0 ]; then exec "$@"; fi
+: "${NNODES:=1}" "${NODE_RANK:=0}" "${NPROC_PER_NODE:=1}"
+: "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${RESULTS_FILE:=/results/runs.jsonl}"
+echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT" >&2
+# BENCH_ARGS is split on spaces on purpose: it carries several trainer flags.
+# shellcheck disable=SC2086
+exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+  -m bench.train --results "$RESULTS_FILE" ${BENCH_ARGS:-}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fill a wheel directory for the image build, on the host: the host's pip configuration
+# (a mirror, a proxy) then serves the build too, which has no network of its own.
+#
+#   scripts/download-wheels.sh DIR PYTHON_VERSION [TORCH_FLAVOUR]
+#
+# PYTHON_VERSION is the image's Python (3.11 for Debian bookworm, 3.12 for Ubuntu 24.04).
+# TORCH_FLAVOUR: default (PyPI's build: CUDA 13.0 for torch 2.14) or a PyTorch index name
+# such as cu126, cu128 or cpu (see docker/README.md for the driver each needs).
+set -euo pipefail
+DIR=$1; PYVER=$2; FLAVOUR=${3:-default}
+PYTHON=${PYTHON:-python3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+say() { printf 'wheels: %s\n' "$*" >&2; }
+
+args=(download --quiet --disable-pip-version-check -d "$DIR" -r "$here/requirements.txt" --only-binary=:all:)
+if [ "$FLAVOUR" != default ]; then
+  args+=(--extra-index-url "https://download.pytorch.org/whl/$FLAVOUR")
+fi
+host_pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$host_pyver" != "$PYVER" ]; then
+  # Cross-download: name the target interpreter and every manylinux tag the wheels use.
+  args+=(--python-version "$PYVER" --implementation cp --platform manylinux1_x86_64
+         --platform manylinux2010_x86_64 --platform manylinux2014_x86_64)
+  for n in 5 12 17 18 24 25 27 28 31 34 35; do args+=(--platform "manylinux_2_${n}_x86_64"); done
+fi
+mkdir -p "$DIR"
+say "downloading the pinned requirements for Python $PYVER ($FLAVOUR torch) into $DIR"
+"$PYTHON" -m pip "${args[@]}" 2> >(grep -v '^WARNING: Location' >&2)
+touch "$DIR/.complete"
+say "$(ls "$DIR" | grep -c '\.whl$') wheels, $(du -sh "$DIR" | cut -f1)"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine and Compose are installed and the daemon answers; say what was done.
+# Installs through scripts/install-host.sh when missing. Starts the daemon when it is not
+# running: through systemd where it runs, else dockerd in the background with DOCKERD_FLAGS
+# (host networking is all this stack uses, so no bridge or iptables rules are needed).
+set -euo pipefail
+DOCKERD_FLAGS=${DOCKERD_FLAGS:---bridge=none --iptables=false --ip-masq=false}
+DOCKERD_LOG=${DOCKERD_LOG:-/tmp/bench-dockerd.log}
+here=$(cd "$(dirname "$0")" && pwd)
+say() { printf 'ensure-docker: %s\n' "$*" >&2; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+if ! command -v dockerd >/dev/null || ! { command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1; }; then
+  say "Docker engine or Compose is missing: installing them with scripts/install-host.sh docker"
+  "$here/install-host.sh" docker
+fi
+
+if docker info >/dev/null 2>&1; then exit 0; fi
+
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  say "the Docker daemon is not running: starting it with systemctl"
+  $SUDO systemctl start docker || true
+fi
+if ! docker info >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null; then
+  say "the Docker daemon is not running: starting dockerd $DOCKERD_FLAGS (log: $DOCKERD_LOG)"
+  # setsid: the daemon outlives this script and the make that called it.
+  $SUDO setsid dockerd $DOCKERD_FLAGS >"$DOCKERD_LOG" 2>&1 < /dev/null &
+fi
+for _ in $(seq 60); do
+  if docker info >/dev/null 2>&1; then say "the Docker daemon answers"; exit 0; fi
+  sleep 1
+done
+say "error: the Docker daemon did not answer within 60 s; see $DOCKERD_LOG"
+tail -n 5 "$DOCKERD_LOG" >&2 2>/dev/null || true
+exit 1
