@@ -1,22 +1,51 @@
-# The front door of the benchmark stack. `make help` lists the targets; every variable
-# written `?=` can be overridden: `make bench-overhead STEPS=40`.
+# The front door of the benchmark stack. `make help` lists the targets. Every variable
+# written `?=` can be overridden: `make bench-single MODEL=resnet152 BATCH_SIZES="64 128"`.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+
+# Base images, pinned by digest: docker/images.env is their one source.
+include docker/images.env
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-RESULTS ?= results/runs.jsonl
+# The node's settings: compose/.env when present, else the documented defaults.
+NODE_ENV ?= $(if $(wildcard compose/.env),compose/.env,compose/.env.example)
+env_value = $(shell sed -n 's/^$(1)=//p' $(NODE_ENV) | tail -n 1)
+IMAGE ?= $(call env_value,IMAGE)
+CPU_IMAGE ?= $(call env_value,CPU_IMAGE)
+NFS_IMAGE ?= $(call env_value,NFS_IMAGE)
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+export COMPOSE
+TORCH_FLAVOUR ?= default
+PROFILE ?= gpu
+RUN_TAG := $(shell date -u +%Y%m%dT%H%M%SZ)
+EXPORT_DIR ?= nfs/export
+DATASET ?= fashion-mnist
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
-STEPS ?= 20
-REPEATS ?= 3
 
-.PHONY: help venv host test unit lint bench-overhead clean
+# The benchmark matrix. GPU targets and the CPU profile differ in defaults only.
+MODEL ?= resnet50
+PRECISION ?= fp32
+STEPS ?= 50
+EPOCHS ?= 1
+bench-single bench-multigpu: BATCH_SIZES ?= 64 128 256
+bench-cpu: BATCH_SIZES ?= 32 64
+CPU_MODEL ?= resnet18
+CPU_STEPS ?= 10
+CPU_IMAGE_SIZE ?= 32
+CPU_TRAIN_SAMPLES ?= 4096
+CPU_EVAL_SAMPLES ?= 2000
+
+.PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
+        bench-single bench-multigpu bench-cpu bench-overhead node-up nfs-up nfs-down \
+        dataset settings test unit lint clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
+# --- host set-up ---------------------------------------------------------------------------
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	@echo "venv: installing the pinned requirements into $(VENV) (torch is large: a few minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
@@ -26,25 +55,120 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 
 venv: $(VENV)/.installed ## create the host venv from the pinned requirements
 
-host: ## install missing host packages (Docker engine, Compose, dataset, debootstrap)
+host: ## install missing host packages (Docker engine, Compose, dataset, debootstrap, GPU toolkit)
 	scripts/install-host.sh
+
+docker: ## install Docker and Compose if missing, start the daemon if it is not running
+	@scripts/ensure-docker.sh
 
 $(FASHION_MNIST_DIR):
 	@echo "Fashion-MNIST not found in $(FASHION_MNIST_DIR): installing Debian's dataset-fashion-mnist"
 	scripts/install-host.sh dataset
 
+# --- images --------------------------------------------------------------------------------
+wheels: ## download the GPU image's wheels on the host (TORCH_FLAVOUR=default|cu126|cu128...)
+	scripts/download-wheels.sh .wheels/py$(CUDA_BASE_PYTHON)-$(TORCH_FLAVOUR) $(CUDA_BASE_PYTHON) $(TORCH_FLAVOUR)
+
+wheels-cpu: ## download the CPU image's wheels on the host
+	scripts/download-wheels.sh .wheels/py$(CPU_BASE_PYTHON)-default $(CPU_BASE_PYTHON) default
+
+base-image: docker ## build the local Debian base image (for sites without a registry)
+	scripts/make-base-image.sh $(LOCAL_BASE_IMAGE)
+
+build: docker ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR)
+	scripts/build-image.sh trainer $(IMAGE) "$(CUDA_BASE_IMAGE)" $(CUDA_BASE_PYTHON) $(TORCH_FLAVOUR)
+
+build-cpu: docker ## build the CPU trainer image (CPU_IMAGE) from the same Dockerfile
+	scripts/build-image.sh trainer $(CPU_IMAGE) "$(CPU_BASE_IMAGE)" $(CPU_BASE_PYTHON) default
+
+build-nfs: docker ## build the NFS server image (NFS_IMAGE)
+	scripts/build-image.sh nfs $(NFS_IMAGE) "$(NFS_BASE_IMAGE)"
+
+# --- data and the NFS server ---------------------------------------------------------------
+dataset: venv ## stage DATASET=fashion-mnist|cifar10|imagefolder [SRC=dir] into the export, with a manifest
+	@if [ "$(DATASET)" = fashion-mnist ] && [ -z "$(SRC)" ]; then $(MAKE) --no-print-directory $(FASHION_MNIST_DIR); fi
+	$(PY) -m bench dataset stage $(DATASET) --export $(EXPORT_DIR) $(if $(SRC),--src $(SRC))
+
+nfs-up: venv docker ## serve the export over NFSv4 (profile nfs), wait until healthy
+	$(PY) -m bench settings --env-file $(NODE_ENV) --profile nfs
+	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs up -d nfs
+	@for i in $$(seq 30); do \
+	  status=$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs ps -q nfs) 2>/dev/null); \
+	  if [ "$$status" = healthy ]; then echo "nfs: serving $(EXPORT_DIR) on TCP 2049"; exit 0; fi; sleep 2; \
+	done; echo "nfs: not healthy after 60 s; logs:"; \
+	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs logs --tail 20 nfs; \
+	$(MAKE) --no-print-directory nfs-down; exit 1
+
+nfs-down: ## stop the NFS server
+	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs down -t 5
+
+# --- benchmarks ----------------------------------------------------------------------------
+settings: venv ## check this node's settings (NODE_ENV, PROFILE) without starting anything
+	$(PY) -m bench settings --env-file $(NODE_ENV) --profile $(PROFILE)
+
+node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|cpu; NODE_RANK=i)
+	$(PY) -m bench compose --profile $(PROFILE) --env-file $(NODE_ENV) --only-this-node \
+	  --image $(if $(filter cpu,$(PROFILE)),$(CPU_IMAGE),$(IMAGE)) -- $(call env_value,BENCH_ARGS)
+
+# One job per batch size through Compose; a failed job is recorded and the matrix goes on,
+# and the shell variable `failed` remembers it for the exit status.
+# $(1) profile, $(2) nodes, $(3) processes per node, $(4) image, $(5) env file, $(6) flags
+define compose_matrix
+for bs in $(BATCH_SIZES); do \
+  echo "== $(1): $(2) node(s) x $(3) process(es), batch $$bs per device"; \
+  $(PY) -m bench compose --profile $(1) --env-file $(5) --nnodes $(2) --nproc-per-node $(3) \
+    --image $(4) --results $(RESULTS) -- --batch-size $$bs $(6) || failed=1; \
+done
+endef
+show_results = $(PY) -m bench table $(RESULTS); echo "results: $(RESULTS)"
+GPU_WORKLOAD = --steps $(STEPS) --model $(MODEL) --precision $(PRECISION)
+
+bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
+bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
+	@scripts/check-gpu.sh >/dev/null
+	@$(MAKE) --no-print-directory build venv
+	@failed=0; $(call compose_matrix,gpu,1,1,$(IMAGE),$(NODE_ENV),$(GPU_WORKLOAD)); \
+	$(show_results); exit $$failed
+
+bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
+bench-multigpu: ## all GPUs of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
+	@scripts/check-gpu.sh >/dev/null
+	@$(MAKE) --no-print-directory build venv
+	@failed=0; gpus=$$(scripts/check-gpu.sh); \
+	$(call compose_matrix,gpu,1,$$gpus,$(IMAGE),$(NODE_ENV),$(GPU_WORKLOAD)); \
+	$(show_results); exit $$failed
+
+# CI's main job: 2 trainer containers as node ranks 0 and 1 on loopback, the dataset bind-
+# mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST.
+CPU_ENV_FILE := build/cpu-$(RUN_TAG).env
+CPU_WORKLOADS = "--steps $(CPU_STEPS) --model $(CPU_MODEL) --image-size $(CPU_IMAGE_SIZE)" \
+  "--epochs $(EPOCHS) --data fashion-mnist --data-dir /data/fashion-mnist --model $(CPU_MODEL) \
+   --image-size $(CPU_IMAGE_SIZE) --max-train-samples $(CPU_TRAIN_SAMPLES) \
+   --max-eval-samples $(CPU_EVAL_SAMPLES) --workers 1"
+bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
+bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic + Fashion-MNIST
+	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
+	@mkdir -p build && sed -e 's#^DATA_MOUNT_TYPE=.*#DATA_MOUNT_TYPE=none#' \
+	  -e 's#^DATA_MOUNT_OPTIONS=.*#DATA_MOUNT_OPTIONS=bind#' \
+	  -e 's#^DATA_DEVICE=.*#DATA_DEVICE=$(abspath $(EXPORT_DIR))#' $(NODE_ENV) > $(CPU_ENV_FILE) \
+	  && echo "OMP_NUM_THREADS=1" >> $(CPU_ENV_FILE)
+	@failed=0; for workload in $(CPU_WORKLOADS); do \
+	  $(call compose_matrix,cpu,2,1,$(CPU_IMAGE),$(CPU_ENV_FILE),$$workload); \
+	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
+
+bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
+	$(PY) scripts/overhead.py --steps 20 --repeats 3
+
+# --- quality -------------------------------------------------------------------------------
 lint: venv ## static checks (ruff)
 	$(VENV)/bin/ruff check bench tests scripts
 
-unit: venv ## the fast unit tests only
+unit: venv ## the fast unit tests only (no Docker)
 	$(PY) -m pytest -m "not e2e"
 
-test: venv lint | $(FASHION_MNIST_DIR) ## every test: unit and end-to-end
+test: venv lint docker build-cpu build-nfs | $(FASHION_MNIST_DIR) ## every test: unit and end-to-end (Docker, NFS, torchrun)
 	BENCH_FASHION_MNIST_DIR=$(FASHION_MNIST_DIR) $(PY) -m pytest
 
-bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
-	$(PY) scripts/overhead.py --steps $(STEPS) --repeats $(REPEATS)
-
-clean: ## remove the venv and caches (results are kept)
+clean: ## remove the venv, build files and caches (results and images are kept)
 	rm -rf $(VENV) .pytest_cache build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -63,6 +63,9 @@ class ComposeJob:
     image: str
     master_port: int = 29500
     deadline_s: float = 1800.0
+    # None: every node of the job as a Compose project on this host (a simulated cluster);
+    # a rank: only that node, which joins a job whose other nodes run elsewhere.
+    only_rank: int | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -94,10 +97,11 @@ def run(job: ComposeJob) -> tuple[list[NodeOutcome], list[dict]]:
                 "RESULTS_NAME": job.results_name, image_var: job.image,
                 "BENCH_ARGS": shlex.join(job.trainer_args),
                 "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest}
-    projects = [f"bench-{job_id}-node{rank}" for rank in range(job.nnodes)]
+    ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
+    projects = [f"bench-{job_id}-node{rank}" for rank in ranks]
     procs, tails, threads = [], [], []
     try:
-        for rank, project in enumerate(projects):
+        for rank, project in zip(ranks, projects, strict=True):
             env = {**base_env, "NODE_RANK": str(rank)}
             proc = subprocess.Popen(
                 compose + ["-p", project, "up", "--no-log-prefix", "--exit-code-from", service,
@@ -116,7 +120,7 @@ def run(job: ComposeJob) -> tuple[list[NodeOutcome], list[dict]]:
         for thread in threads:
             thread.join(timeout=10)
     outcomes = [NodeOutcome(rank, proc.returncode, tail)
-                for rank, (proc, tail) in enumerate(zip(procs, tails, strict=True))]
+                for rank, proc, tail in zip(ranks, procs, tails, strict=True)]
     records = list(record.read(results))[before:] if results.exists() else []
     return outcomes, records
 
@@ -158,23 +162,36 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
         "on this host; trainer flags follow `--`.")
     parser.add_argument("--profile", choices=sorted(SERVICES), default="cpu")
     parser.add_argument("--env-file", type=Path, required=True)
-    parser.add_argument("--nnodes", type=int, default=1)
-    parser.add_argument("--nproc-per-node", type=int, default=1)
+    parser.add_argument("--nnodes", type=int, help="default: NNODES of the settings")
+    parser.add_argument("--nproc-per-node", type=int,
+                        help="default: NPROC_PER_NODE of the settings")
+    parser.add_argument("--master-port", type=int, help="default: MASTER_PORT of the settings")
+    parser.add_argument("--only-this-node", action="store_true",
+                        help="start only this node (NODE_RANK of the settings) of a job whose "
+                        "other nodes start elsewhere; default: every node on this host")
     parser.add_argument("--image", required=True)
     parser.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
-    parser.add_argument("--master-port", type=int, default=29500)
     parser.add_argument("--deadline", type=float, default=1800.0,
                         help="seconds before every node is stopped (default: %(default)s)")
     args = parser.parse_args(own)
-    values = {**load(args.env_file), "NNODES": str(args.nnodes), "NODE_RANK": "0",
-              "NPROC_PER_NODE": str(args.nproc_per_node), "MASTER_PORT": str(args.master_port)}
+    if not args.env_file.is_file():
+        print(f"{prog}: error: --env-file={args.env_file}: no such file", file=sys.stderr)
+        return 2
+    values = load(args.env_file)
+    overrides = {"NNODES": args.nnodes, "NPROC_PER_NODE": args.nproc_per_node,
+                 "MASTER_PORT": args.master_port}
+    values.update({k: str(v) for k, v in overrides.items() if v is not None})
+    if not args.only_this_node:
+        values["NODE_RANK"] = "0"  # every rank runs here; rank 0's view is checked
     try:
-        check_data_volume(NodeSettings.parse(values, args.profile), timeout=5)
-        job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=args.nnodes,
-                         nproc_per_node=args.nproc_per_node, trainer_args=trainer_args,
+        node = NodeSettings.parse(values, args.profile)
+        check_data_volume(node, timeout=5)
+        job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=node.nnodes,
+                         nproc_per_node=node.nproc_per_node, trainer_args=trainer_args,
                          results_dir=args.results.parent, results_name=args.results.name,
-                         image=args.image, master_port=args.master_port,
-                         deadline_s=args.deadline)
+                         image=args.image, master_port=node.master_port,
+                         deadline_s=args.deadline,
+                         only_rank=node.node_rank if args.only_this_node else None)
         outcomes, records = run(job)
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Build one of the stack's images, offline-capable.
+#
+#   scripts/build-image.sh trainer TAG BASE_IMAGE BASE_PYTHON [TORCH_FLAVOUR]
+#   scripts/build-image.sh nfs     TAG BASE_IMAGE
+#
+# The base image is used if present locally or pullable; where no registry answers, a
+# local Debian base (LOCAL_BASE_IMAGE, Python LOCAL_BASE_PYTHON; docker/images.env) is
+# built with scripts/make-base-image.sh instead, and this says so. Trainer wheels for the
+# base's Python are downloaded on the host first (scripts/download-wheels.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd); repo=$(dirname "$here")
+# shellcheck source=../docker/images.env
+. "$repo/docker/images.env"
+say() { printf 'build-image: %s\n' "$*" >&2; }
+kind=$1; tag=$2; base=$3; pyver=${4:-}; flavour=${5:-default}
+
+if docker image inspect "$base" >/dev/null 2>&1; then
+  :
+elif docker pull -q "$base" >/dev/null 2>&1; then
+  say "pulled $base"
+else
+  say "cannot pull $base (no registry reachable): building on the local base $LOCAL_BASE_IMAGE instead"
+  "$here/make-base-image.sh" "$LOCAL_BASE_IMAGE"
+  base=$LOCAL_BASE_IMAGE; pyver=$LOCAL_BASE_PYTHON
+fi
+
+commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0)
+args=(--network host --build-arg "BASE_IMAGE=$base")
+case "$kind" in
+  trainer)
+    wheels=".wheels/py$pyver-$flavour"
+    [ -f "$repo/$wheels/.complete" ] || "$here/download-wheels.sh" "$repo/$wheels" "$pyver" "$flavour"
+    args+=(-f docker/Dockerfile --build-arg "WHEELS=$wheels" --build-arg "GIT_COMMIT=$commit"
+           --build-arg "GIT_DIRTY=$dirty" --build-arg "TORCH_FLAVOUR=$flavour"
+           --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)") ;;
+  nfs) args+=(-f nfs/Dockerfile) ;;
+  *) say "error: unknown image kind '$kind': trainer or nfs"; exit 2 ;;
+esac
+say "building $tag from $base (the first build takes a few minutes)"
+start=$(date +%s)
+# The legacy builder (no BuildKit here) prints every step; keep its log for failures.
+log=$(mktemp /tmp/bench-build.XXXXXX.log)
+if ! (cd "$repo" && DOCKER_BUILDKIT=0 docker build "${args[@]}" -t "$tag" .) >"$log" 2>&1; then
+  say "error: docker build of $tag failed; last lines of $log:"; tail -n 20 "$log" >&2; exit 1
+fi
+rm -f "$log"
+say "built $tag ($(docker image inspect -f '{{.Id}}' "$tag" | cut -c1-19)) in $(( $(date +%s) - start )) s"
