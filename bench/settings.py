@@ -85,11 +85,11 @@ class NodeSettings:
                    data_mount_options=values.get("DATA_MOUNT_OPTIONS", ""),
                    data_device=values.get("DATA_DEVICE", ""))
 
-    @property
-    def nfs_server(self) -> str | None:
+    def mount_option(self, name: str) -> str | None:
+        """One ``name=value`` of DATA_MOUNT_OPTIONS (``addr``, ``port``...), or None."""
         for option in self.data_mount_options.split(","):
             key, _, value = option.partition("=")
-            if key.strip() == "addr":
+            if key.strip() == name:
                 return value.strip()
         return None
 
@@ -97,17 +97,18 @@ class NodeSettings:
 def check_data_volume(settings: NodeSettings, timeout: float) -> None:
     """The trainer's dataset volume must be mountable: a reachable NFS server or a directory."""
     if settings.data_mount_type == "nfs":
-        server = settings.nfs_server
+        server = settings.mount_option("addr")
         if not server:
             raise ConfigError("DATA_MOUNT_OPTIONS", settings.data_mount_options,
                               "an NFS mount needs addr=<server>, e.g. addr=192.168.1.10,"
                               "nfsvers=4.1,ro")
+        port = int(settings.mount_option("port") or NFS_PORT)
         try:
-            with socket.create_connection((server, NFS_PORT), timeout=timeout):
+            with socket.create_connection((server, port), timeout=timeout):
                 pass
         except OSError as error:
             raise ConfigError("DATA_MOUNT_OPTIONS", f"addr={server}",
-                              f"NFS server {server}:{NFS_PORT} unreachable ({error}); start it "
+                              f"NFS server {server}:{port} unreachable ({error}); start it "
                               "there with `make nfs-up`, or use a bind mount "
                               "(DATA_MOUNT_TYPE=none DATA_MOUNT_OPTIONS=bind "
                               "DATA_DEVICE=/abs/dir)") from None

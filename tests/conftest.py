@@ -72,3 +72,56 @@ def dump(result: Launch) -> str:
     """Context for a failed assertion."""
     return f"rc={result.returncode}\nstderr tail:\n{result.stderr[-3000:]}\nrecords:\n" + \
         json.dumps(result.records, indent=1)[:3000]
+
+
+def _require(ok: bool, message: str) -> None:
+    """Under CI a missing prerequisite fails the test; elsewhere it skips, saying why."""
+    if not ok:
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> list[str]:
+    """The Compose command, once the Docker daemon is known to answer."""
+    ok = subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    _require(ok, "the Docker daemon does not answer: `make docker` starts it")
+    from bench.launchers.compose import compose_command
+
+    return compose_command()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_engine) -> str:
+    image = os.environ.get("CPU_IMAGE", "bench-trainer:cpu")
+    ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    _require(ok, f"image {image} is missing: `make build-cpu` builds it (make test does)")
+    return image
+
+
+@pytest.fixture(scope="session")
+def nfs_image(docker_engine) -> str:
+    image = os.environ.get("NFS_IMAGE", "bench-nfs:latest")
+    ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    _require(ok, f"image {image} is missing: `make build-nfs` builds it (make test does)")
+    return image
+
+
+def bench_containers() -> list[str]:
+    """Names of containers (running or not) that this stack's Compose projects made."""
+    out = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return [name for name in out if name.startswith("bench-")]
+
+
+@pytest.fixture(scope="session")
+def staged_fashion_mnist(tmp_path_factory, fashion_mnist_dir) -> Path:
+    """An export directory holding Fashion-MNIST and its manifest, as `make dataset` makes."""
+    export = tmp_path_factory.mktemp("export")
+    proc = subprocess.run([sys.executable, "-m", "bench", "dataset", "stage", "fashion-mnist",
+                           "--src", str(fashion_mnist_dir), "--export", str(export)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    export.chmod(0o755)
+    return export

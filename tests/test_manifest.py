@@ -1,0 +1,51 @@
+"""Dataset manifests: written at staging, checked before training."""
+from __future__ import annotations
+
+import pytest
+
+from bench import manifest
+
+
+def make_dataset(root):
+    (root / "train").mkdir(parents=True)
+    (root / "train" / "a.bin").write_bytes(b"alpha")
+    (root / "b.bin").write_bytes(b"beta" * 1000)
+    return manifest.write(root)
+
+
+def test_written_manifest_verifies_and_is_sha256sum_format(tmp_path):
+    written = make_dataset(tmp_path)
+    lines = written.read_text().splitlines()
+    assert lines[0].endswith("  b.bin") and lines[1].endswith("  train/a.bin")
+    assert manifest.verify(tmp_path, "all", 1) == manifest.sha256_file(written)
+
+
+def test_tampered_file_is_named(tmp_path):
+    make_dataset(tmp_path)
+    (tmp_path / "train" / "a.bin").write_bytes(b"alphA")
+    with pytest.raises(manifest.ManifestMismatch, match="train/a.bin does not match"):
+        manifest.verify(tmp_path, "all", 1)
+
+
+def test_missing_file_is_named(tmp_path):
+    make_dataset(tmp_path)
+    (tmp_path / "b.bin").unlink()
+    with pytest.raises(manifest.ManifestMismatch, match="b.bin is listed .* but missing"):
+        manifest.verify(tmp_path, "all", 1)
+
+
+def test_sample_checks_only_some_files_and_off_checks_none(tmp_path):
+    make_dataset(tmp_path)
+    (tmp_path / "b.bin").write_bytes(b"tampered")
+    caught = 0
+    for seed in range(20):  # one of two files per draw: the tampered one is drawn sometimes
+        try:
+            manifest.verify(tmp_path, "sample", 1, seed)
+        except manifest.ManifestMismatch:
+            caught += 1
+    assert 0 < caught < 20
+    assert manifest.verify(tmp_path, "off", 1) is None
+
+
+def test_no_manifest_means_nothing_to_check(tmp_path):
+    assert manifest.verify(tmp_path, "all", 1) is None

@@ -1,0 +1,194 @@
+"""The containerised stack with the real Docker engine, Compose and NFS server."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench import manifest, record
+from conftest import REPO, bench_containers, validate
+
+pytestmark = pytest.mark.e2e
+COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
+EXAMPLE_ENV = REPO / "compose" / ".env.example"
+
+
+def compose(cmd: list[str], args: list[str], env: dict | None = None, **kwargs):
+    return subprocess.run(cmd + ["-f", str(COMPOSE_FILE), "--env-file", str(EXAMPLE_ENV), *args],
+                          cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, **kwargs)
+
+
+@pytest.mark.parametrize("profile", ["nfs", "gpu", "cpu"])
+def test_compose_config_is_valid_for_every_profile(docker_engine, profile):
+    result = compose(docker_engine, ["--profile", profile, "config", "-q"],
+                     env={"BENCH_ENV_FILE": str(EXAMPLE_ENV)})
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_names_a_missing_setting(docker_engine, tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("NNODES", "CPU_IMAGE")}
+    result = subprocess.run(docker_engine + ["-f", str(COMPOSE_FILE), "--env-file", str(empty),
+                                             "--profile", "cpu", "config", "-q"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode != 0
+    assert "is not set, see compose/.env.example" in result.stderr
+
+
+def make(*args: str, timeout: float = 1200, env: dict | None = None):
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, tmp_path):
+    results = tmp_path / "cpu.jsonl"
+    result = make("bench-cpu", f"RESULTS={results}", "BATCH_SIZES=32", "CPU_STEPS=3",
+                  "CPU_TRAIN_SAMPLES=1024", "CPU_EVAL_SAMPLES=512")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = list(record.read(results))
+    assert [r["mode"] for r in records] == ["steps", "epochs"]  # synthetic, then Fashion-MNIST
+    image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", cpu_image],
+                              capture_output=True, text=True).stdout.strip()
+    for rec in records:
+        validate(rec)
+        assert rec["status"] == "ok"
+        assert rec["env"]["image_id"] == image_id and rec["env"]["image_digest"]
+        assert rec["nnodes"] == 2 and rec["world_size"] == 2
+        assert sorted((r["node_rank"], r["rank"]) for r in rec["env"]["ranks"]) == [(0, 0), (1, 1)]
+        assert all(r["hostname"] for r in rec["env"]["ranks"])
+        assert rec["env"]["git_commit"], "the image carries its commit"
+    fmnist = records[1]
+    assert fmnist["dataset_manifest_sha256"] == manifest.sha256_file(
+        REPO / "nfs" / "export" / "fashion-mnist" / manifest.MANIFEST_NAME)
+    assert fmnist["eval_accuracy"] > 0.1
+    assert "| model" in result.stdout and f"results: {results}" in result.stdout
+    assert bench_containers() == [], "no container is left behind"
+
+
+def _wait_healthy(cmd, project, env, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ps = compose(cmd, ["-p", project, "--profile", "nfs", "ps", "-q", "nfs"], env)
+        cid = ps.stdout.strip()
+        status = subprocess.run(["docker", "inspect", "-f", "{{.State.Health.Status}}", cid],
+                                capture_output=True, text=True).stdout.strip() if cid else ""
+        if status == "healthy":
+            return
+        time.sleep(1)
+    logs = compose(cmd, ["-p", project, "--profile", "nfs", "logs", "nfs"], env)
+    raise AssertionError(f"NFS server not healthy in {timeout}s:\n{logs.stdout[-2000:]}")
+
+
+def _nfs_url(path: str) -> str:
+    return f"nfs://127.0.0.1/datasets/fashion-mnist/{path}?version=4"
+
+
+def _serve(docker_engine, export, clients):
+    project = f"bench-nfstest-{os.getpid()}"
+    env = {"NFS_EXPORT_DIR": str(export), "NFS_CLIENTS": clients,
+           "BENCH_ENV_FILE": str(EXAMPLE_ENV)}
+    up = compose(docker_engine, ["-p", project, "--profile", "nfs", "up", "-d", "nfs"], env)
+    assert up.returncode == 0, up.stderr
+    return project, env
+
+
+def test_nfs_server_serves_the_staged_dataset(docker_engine, nfs_image, staged_fashion_mnist):
+    assert shutil.which("nfs-ls") and shutil.which("nfs-cat"), "libnfs-utils is installed by CI"
+    project, env = _serve(docker_engine, staged_fashion_mnist, "127.0.0.1/32")
+    try:
+        _wait_healthy(docker_engine, project, env)
+        listing = subprocess.run(["nfs-ls", _nfs_url("")], capture_output=True, text=True,
+                                 timeout=60)
+        assert listing.returncode == 0, listing.stderr
+        entries = manifest.parse(staged_fashion_mnist / "fashion-mnist" / manifest.MANIFEST_NAME)
+        for name, expected in entries.items():
+            assert name in listing.stdout
+            data = subprocess.run(["nfs-cat", _nfs_url(name)], capture_output=True, timeout=120)
+            assert data.returncode == 0, data.stderr
+            assert hashlib.sha256(data.stdout).hexdigest() == expected, name
+        # Read-only export: a write through the protocol is refused.
+        upload = subprocess.run(["nfs-cp", str(REPO / "README.md"), _nfs_url("intruder.md")],
+                                capture_output=True, text=True, timeout=60)
+        assert upload.returncode != 0
+        assert not (staged_fashion_mnist / "fashion-mnist" / "intruder.md").exists()
+    finally:
+        compose(docker_engine, ["-p", project, "--profile", "nfs", "down", "-t", "2"], env)
+    assert bench_containers() == []
+
+
+def test_nfs_server_refuses_clients_outside_nfs_clients(docker_engine, nfs_image,
+                                                         staged_fashion_mnist):
+    project, env = _serve(docker_engine, staged_fashion_mnist, "127.0.0.2/32")
+    try:
+        _wait_healthy(docker_engine, project, env)
+        listing = subprocess.run(["nfs-ls", _nfs_url("")], capture_output=True, text=True,
+                                 timeout=60)
+        assert listing.returncode != 0, "127.0.0.1 is not in NFS_CLIENTS"
+    finally:
+        compose(docker_engine, ["-p", project, "--profile", "nfs", "down", "-t", "2"], env)
+
+
+def test_tampered_dataset_stops_the_run_naming_the_file(cpu_image, staged_fashion_mnist,
+                                                        tmp_path):
+    export = tmp_path / "export"
+    shutil.copytree(staged_fashion_mnist, export)
+    target = export / "fashion-mnist" / "train-labels-idx1-ubyte.gz"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind"
+                        f"\nDATA_DEVICE={export}\n")
+    results = tmp_path / "runs.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "bench", "compose", "--profile", "cpu",
+                           "--env-file", str(env_file), "--nnodes", "1", "--image", cpu_image,
+                           "--results", str(results), "--", "--epochs", "1", "--data",
+                           "fashion-mnist", "--data-dir", "/data/fashion-mnist",
+                           "--model", "smallcnn"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (rec,) = list(record.read(results))
+    assert rec["status"] == "error"
+    assert "train-labels-idx1-ubyte.gz does not match" in rec["error"]
+    assert "samples_per_s" not in rec, "it stopped before training"
+    assert bench_containers() == []
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK=2: must be below NNODES=2"),
+    ({"NNODES": "2", "MASTER_ADDR": ""}, "MASTER_ADDR=''"),
+    ({"DATA_MOUNT_OPTIONS": "addr=127.0.0.9,port=9,nfsvers=4.1,ro"}, "NFS server 127.0.0.9:9"),
+    ({"PROFILE": "tpu"}, "invalid choice: 'tpu'"),
+], ids=["rank-too-high", "no-master", "nfs-unreachable", "unknown-profile"])
+def test_bad_node_settings_fail_fast_through_make(docker_engine, overrides, message):
+    env = {"PROFILE": "cpu", **overrides}
+    started = time.monotonic()
+    result = make("node-up", env=env, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert message in result.stderr, dump_make(result)
+    assert elapsed < 60
+    assert bench_containers() == []
+
+
+def dump_make(result) -> str:
+    return (f"rc={result.returncode}\nstdout:\n{result.stdout[-2000:]}\n"
+            f"stderr:\n{result.stderr[-2000:]}")
+
+
+def test_bench_single_without_gpu_fails_fast_naming_the_fix(docker_engine):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver: the no-GPU path cannot be shown here")
+    started = time.monotonic()
+    result = make("bench-single", timeout=120)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 30
+    assert "nvidia" in result.stderr.lower() and "make bench-cpu" in result.stderr
+    assert "docker build" not in result.stdout, "it fails before building anything"
