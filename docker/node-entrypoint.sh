@@ -5,9 +5,10 @@ set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
 : "${NNODES:=1}" "${NODE_RANK:=0}" "${NPROC_PER_NODE:=1}"
 : "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${RESULTS_FILE:=/results/runs.jsonl}"
+: "${RDZV_TIMEOUT:=600}"
 echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT" >&2
 # BENCH_ARGS is split on spaces on purpose: it carries several trainer flags.
 # shellcheck disable=SC2086
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
-  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv-conf "timeout=$RDZV_TIMEOUT" \
   -m bench.train --results "$RESULTS_FILE" ${BENCH_ARGS:-}
