@@ -29,6 +29,7 @@ MODEL ?= resnet50
 PRECISION ?= fp32
 STEPS ?= 50
 EPOCHS ?= 1
+REPEATS ?= 3
 bench-single bench-multigpu: BATCH_SIZES ?= 64 128 256
 bench-cpu: BATCH_SIZES ?= 32 64
 CPU_MODEL ?= resnet18
@@ -38,7 +39,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -157,7 +158,10 @@ bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic
 	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
-	$(PY) scripts/overhead.py --steps 20 --repeats 3
+	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)
+
+bench-container-overhead: venv build-cpu ## the trainer natively vs in the CPU container (goal >= 0.98)
+	$(PY) scripts/overhead.py --against container --image $(CPU_IMAGE) --repeats $(REPEATS)
 
 # --- quality -------------------------------------------------------------------------------
 lint: venv ## static checks (ruff)
