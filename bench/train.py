@@ -90,10 +90,8 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
 
 
-def skeleton(cfg: TrainConfig, ctx: distributed.DistContext | None) -> dict:
-    """The record's fields known before anything runs."""
-    world = ctx.world_size if ctx else None
-    per_device = cfg.data.batch_size * cfg.distributed.grad_accum
+def skeleton(cfg: TrainConfig) -> dict:
+    """The record's fields known before anything runs; topology comes once the job forms."""
     return {
         "schema_version": record.SCHEMA_VERSION,
         "run_id": record.new_run_id(),
@@ -105,9 +103,9 @@ def skeleton(cfg: TrainConfig, ctx: distributed.DistContext | None) -> dict:
         "config": cfg.to_dict(),
         "seed": cfg.schedule.seed,
         "comm_hook": cfg.distributed.comm_hook,
-        "world_size": world,
+        "world_size": None,
         "batch_size_per_device": cfg.data.batch_size,
-        "global_batch_size": per_device * world if world else None,
+        "global_batch_size": None,
         "dataset_manifest_sha256": None,
     }
 
@@ -115,10 +113,12 @@ def skeleton(cfg: TrainConfig, ctx: distributed.DistContext | None) -> dict:
 def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
     ctx = None
-    rec = skeleton(cfg, None)
+    rec = skeleton(cfg)
     try:
         ctx = distributed.init(cfg.distributed)
-        rec = skeleton(cfg, ctx)
+        rec["world_size"] = ctx.world_size
+        rec["global_batch_size"] = (cfg.data.batch_size * cfg.distributed.grad_accum
+                                    * ctx.world_size)
         rec["env"] = provenance.collect(ctx)
         rec["nnodes"], rec["nproc_per_node"] = rec["env"]["nnodes"], ctx.local_world_size
         measure(cfg, ctx, rec)

@@ -92,20 +92,21 @@ def docker_engine() -> list[str]:
     return compose_command()
 
 
+def _local_image(variable: str, default: str, target: str) -> str:
+    image = os.environ.get(variable, default)
+    ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    _require(ok, f"image {image} is missing: `make {target}` builds it (make test does)")
+    return image
+
+
 @pytest.fixture(scope="session")
 def cpu_image(docker_engine) -> str:
-    image = os.environ.get("CPU_IMAGE", "bench-trainer:cpu")
-    ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
-    _require(ok, f"image {image} is missing: `make build-cpu` builds it (make test does)")
-    return image
+    return _local_image("CPU_IMAGE", "bench-trainer:cpu", "build-cpu")
 
 
 @pytest.fixture(scope="session")
 def nfs_image(docker_engine) -> str:
-    image = os.environ.get("NFS_IMAGE", "bench-nfs:latest")
-    ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
-    _require(ok, f"image {image} is missing: `make build-nfs` builds it (make test does)")
-    return image
+    return _local_image("NFS_IMAGE", "bench-nfs:latest", "build-nfs")
 
 
 def bench_containers() -> list[str]:
