@@ -24,16 +24,17 @@ EXPORT_DIR ?= nfs/export
 DATASET ?= fashion-mnist
 FASHION_MNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-# The benchmark matrix. GPU targets and the CPU profile differ in defaults only.
-MODEL ?= resnet50
+# The benchmark matrix. GPU targets and the CPU profile differ in defaults only; a value
+# given on the command line (make bench-cpu MODEL=smallcnn) applies to either.
+bench-single bench-multigpu: MODEL ?= resnet50
+bench-single bench-multigpu: BATCH_SIZES ?= 64 128 256
+bench-single bench-multigpu: STEPS ?= 50
+bench-cpu: MODEL ?= resnet18
+bench-cpu: BATCH_SIZES ?= 32 64
+bench-cpu: STEPS ?= 10
 PRECISION ?= fp32
-STEPS ?= 50
 EPOCHS ?= 1
 REPEATS ?= 3
-bench-single bench-multigpu: BATCH_SIZES ?= 64 128 256
-bench-cpu: BATCH_SIZES ?= 32 64
-CPU_MODEL ?= resnet18
-CPU_STEPS ?= 10
 CPU_IMAGE_SIZE ?= 32
 CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
@@ -142,8 +143,8 @@ bench-multigpu: ## all GPUs of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
 # CI's main job: 2 trainer containers as node ranks 0 and 1 on loopback, the dataset bind-
 # mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST.
 CPU_ENV_FILE := build/cpu-$(RUN_TAG).env
-CPU_WORKLOADS = "--steps $(CPU_STEPS) --model $(CPU_MODEL) --image-size $(CPU_IMAGE_SIZE)" \
-  "--epochs $(EPOCHS) --data fashion-mnist --data-dir /data/fashion-mnist --model $(CPU_MODEL) \
+CPU_WORKLOADS = "--steps $(STEPS) --model $(MODEL) --image-size $(CPU_IMAGE_SIZE)" \
+  "--epochs $(EPOCHS) --data fashion-mnist --data-dir /data/fashion-mnist --model $(MODEL) \
    --image-size $(CPU_IMAGE_SIZE) --max-train-samples $(CPU_TRAIN_SAMPLES) \
    --max-eval-samples $(CPU_EVAL_SAMPLES) --workers 1"
 bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl

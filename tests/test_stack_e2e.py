@@ -49,7 +49,7 @@ def make(*args: str, timeout: float = 1200, env: dict | None = None):
 
 def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, tmp_path):
     results = tmp_path / "cpu.jsonl"
-    result = make("bench-cpu", f"RESULTS={results}", "BATCH_SIZES=32", "CPU_STEPS=3",
+    result = make("bench-cpu", f"RESULTS={results}", "BATCH_SIZES=32", "STEPS=3",
                   "CPU_TRAIN_SAMPLES=1024", "CPU_EVAL_SAMPLES=512")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = list(record.read(results))
