@@ -26,6 +26,8 @@ BAD_INPUTS = {
     "neither steps nor epochs": ([], "--steps", "exactly one"),
     "missing data directory": (["--steps", "1", "--data", "fashion-mnist", "--data-dir",
                                 "/nonexistent/fmnist"], "--data-dir", "no such directory"),
+    "cifar10 directory without the batches": (["--steps", "1", "--data", "cifar10", "--data-dir",
+                                               "/tmp"], "--data-dir", "--download"),
     "unknown precision": (["--steps", "1", "--precision", "fp8"], "--precision", "fp8"),
     "epochs on synthetic data": (["--epochs", "1"], "--epochs", "real dataset"),
     "nccl without cuda": (["--steps", "1", "--backend", "nccl", "--device", "cpu"],
