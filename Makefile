@@ -44,7 +44,7 @@ CPU_EVAL_SAMPLES ?= 2000
         dataset settings test unit lint clean
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 # --- host set-up ---------------------------------------------------------------------------
