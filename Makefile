@@ -141,7 +141,8 @@ bench-multigpu: ## all GPUs of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
 	$(show_results); exit $$failed
 
 # CI's main job: 2 trainer containers as node ranks 0 and 1 on loopback, the dataset bind-
-# mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST.
+# mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST. Both
+# "nodes" share this host's 2 cores (one thread each) and talk over lo only.
 CPU_ENV_FILE := build/cpu-$(RUN_TAG).env
 CPU_WORKLOADS = "--steps $(STEPS) --model $(MODEL) --image-size $(CPU_IMAGE_SIZE)" \
   "--epochs $(EPOCHS) --data fashion-mnist --data-dir /data/fashion-mnist --model $(MODEL) \
@@ -153,7 +154,7 @@ bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic
 	@mkdir -p build && sed -e 's#^DATA_MOUNT_TYPE=.*#DATA_MOUNT_TYPE=none#' \
 	  -e 's#^DATA_MOUNT_OPTIONS=.*#DATA_MOUNT_OPTIONS=bind#' \
 	  -e 's#^DATA_DEVICE=.*#DATA_DEVICE=$(abspath $(EXPORT_DIR))#' $(NODE_ENV) > $(CPU_ENV_FILE) \
-	  && echo "OMP_NUM_THREADS=1" >> $(CPU_ENV_FILE)
+	  && printf 'OMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' >> $(CPU_ENV_FILE)
 	@failed=0; for workload in $(CPU_WORKLOADS); do \
 	  $(call compose_matrix,cpu,2,1,$(CPU_IMAGE),$(CPU_ENV_FILE),$$workload); \
 	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed

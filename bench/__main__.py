@@ -6,6 +6,7 @@ import sys
 # verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
 VERBS = {
     "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
+    "matrix": ("bench.matrix", "run the batch-size x topology matrix, each repeat a fresh job"),
     "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
     "table": ("bench.table", "print the runs of result files as a table"),
     "settings": ("bench.settings", "check a node's stack settings before Compose starts"),

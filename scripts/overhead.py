@@ -21,7 +21,8 @@ MARKER = "==> bench-record <=="  # bench.record.MARKER; this script stays import
 
 
 def _run(cmd: list[str], label: str) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "GLOO_SOCKET_IFNAME": "lo"}  # both sides talk over loopback only
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"overhead: {label} failed:\n{out.stderr[-2000:]}")
@@ -54,7 +55,7 @@ def trainer_container(a, shared, port, tmp):
     args = " ".join([*shared, "--data", "synthetic", "--log-every", "0"])
     cmd = ["docker", "run", "--rm", "--network", "host", "--ipc", "host",
            "-e", f"NPROC_PER_NODE={a.nproc}", "-e", f"MASTER_PORT={port}",
-           "-e", "OMP_NUM_THREADS=1", "-e", f"BENCH_ARGS={args}",
+           "-e", "OMP_NUM_THREADS=1", "-e", "GLOO_SOCKET_IFNAME=lo", "-e", f"BENCH_ARGS={args}",
            "-e", "RESULTS_FILE=/tmp/runs.jsonl", a.image]
     return _record_rate(_run(cmd, "container trainer"))
 

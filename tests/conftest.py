@@ -54,7 +54,9 @@ def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 3
         base += ["torch.distributed.run", "--nproc_per_node", str(nproc),
                  "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m"]
     cmd = base + ["bench.train", "--results", str(results), *args]
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    # GLOO_SOCKET_IFNAME=lo: test traffic stays on loopback whatever the hostname resolves to.
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           env=full_env)
     records = list(record.read(results)) if results.exists() else []

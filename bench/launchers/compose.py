@@ -12,12 +12,10 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 
-from bench import record
+from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
@@ -68,85 +66,38 @@ class ComposeJob:
     only_rank: int | None = None
 
 
-@dataclasses.dataclass(slots=True)
-class NodeOutcome:
-    node_rank: int
-    returncode: int | None
-    last_lines: list[str]
-
-
-def _stream(proc: subprocess.Popen, prefix: str, tail: list[str]) -> None:
-    for line in proc.stdout:  # type: ignore[union-attr]
-        sys.stderr.write(f"{prefix} {line}")
-        tail.append(line.rstrip("\n"))
-        del tail[:-20]
-
-
-def run(job: ComposeJob) -> tuple[list[NodeOutcome], list[dict]]:
-    """Start every node, wait, tear down; returns each node's outcome and the new records."""
+def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeCommand]:
     service, image_var = SERVICES[job.profile]
-    compose = compose_command() + ["-f", str(COMPOSE_FILE), "--env-file", str(job.env_file),
-                                   "--profile", job.profile]
     image_id, image_digest = image_identity(job.image)
-    results = job.results_dir / job.results_name
-    before = sum(1 for _ in record.read(results)) if results.exists() else 0
-    job_id = uuid.uuid4().hex[:8]
-    base_env = {**os.environ, "BENCH_ENV_FILE": str(job.env_file.resolve()),
+    base_env = {"BENCH_ENV_FILE": str(job.env_file.resolve()),
                 "NNODES": str(job.nnodes), "NPROC_PER_NODE": str(job.nproc_per_node),
                 "MASTER_PORT": str(job.master_port), "RESULTS_DIR": str(job.results_dir.resolve()),
                 "RESULTS_NAME": job.results_name, image_var: job.image,
                 "BENCH_ARGS": shlex.join(job.trainer_args),
                 "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest}
     ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
-    projects = [f"bench-{job_id}-node{rank}" for rank in ranks]
-    procs, tails, threads = [], [], []
-    try:
-        for rank, project in zip(ranks, projects, strict=True):
-            env = {**base_env, "NODE_RANK": str(rank)}
-            proc = subprocess.Popen(
-                compose + ["-p", project, "up", "--no-log-prefix", "--exit-code-from", service,
-                           service], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, cwd=REPO)
-            tail: list[str] = []
-            thread = threading.Thread(target=_stream, args=(proc, f"[node {rank}]", tail),
-                                      daemon=True)
-            thread.start()
-            procs.append(proc)
-            tails.append(tail)
-            threads.append(thread)
-        _wait(procs, job.deadline_s)
-    finally:
-        _down(compose, projects, base_env)
-        for thread in threads:
-            thread.join(timeout=10)
-    outcomes = [NodeOutcome(rank, proc.returncode, tail)
-                for rank, proc, tail in zip(ranks, procs, tails, strict=True)]
-    records = list(record.read(results))[before:] if results.exists() else []
-    return outcomes, records
+    return [NodeCommand(rank, f"node{rank}",
+                        compose + ["-p", f"bench-{job_id}-node{rank}", "up", "--no-log-prefix",
+                                   "--exit-code-from", service, service],
+                        {**base_env, "NODE_RANK": str(rank)})
+            for rank in ranks]
 
 
-def _wait(procs: list[subprocess.Popen], deadline_s: float) -> None:
-    """Wait for every node; once one fails or the deadline passes, the rest are stopped."""
-    end = time.monotonic() + deadline_s
-    while any(p.poll() is None for p in procs):
-        failed = any(p.returncode not in (None, 0) for p in procs)
-        if failed or time.monotonic() > end:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()  # compose up stops its containers on SIGTERM
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            return
-        time.sleep(0.5)
+def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
+    """Start every node as a Compose project, wait, and always tear every project down."""
+    compose = compose_command() + ["-f", str(COMPOSE_FILE), "--env-file", str(job.env_file),
+                                   "--profile", job.profile]
+    commands = _commands(job, compose, uuid.uuid4().hex[:8])
 
+    def down() -> None:
+        for command in commands:
+            project = command.argv[command.argv.index("-p") + 1]
+            subprocess.run(compose + ["-p", project, "down", "-v", "--remove-orphans", "-t", "5"],
+                           env={**os.environ, **(command.env or {})}, capture_output=True,
+                           cwd=REPO, timeout=120)
 
-def _down(compose: list[str], projects: list[str], env: dict) -> None:
-    for project in projects:
-        subprocess.run(compose + ["-p", project, "down", "-v", "--remove-orphans", "-t", "5"],
-                       env=env, capture_output=True, cwd=REPO, timeout=120)
+    return run_nodes(commands, deadline_s=job.deadline_s, log_dir=log_dir, cleanup=down,
+                     cwd=REPO)
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
@@ -192,18 +143,21 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
                          image=args.image, master_port=node.master_port,
                          deadline_s=args.deadline,
                          only_rank=node.node_rank if args.only_this_node else None)
-        outcomes, records = run(job)
+        outcome = run(job)
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    failed = [o for o in outcomes if o.returncode != 0]
-    for outcome in failed:
-        print(f"{prog}: node {outcome.node_rank} exited {outcome.returncode}; last lines:\n  "
-              + "\n  ".join(outcome.last_lines[-5:]), file=sys.stderr)
+    if outcome.timed_out:
+        print(f"{prog}: the job passed its --deadline of {args.deadline:.0f} s and was stopped",
+              file=sys.stderr)
+    if outcome.culprit:
+        print(f"{prog}: {outcome.culprit.host} exited {outcome.culprit.returncode}; last lines:"
+              "\n  " + "\n  ".join(outcome.culprit.last_lines[-5:]), file=sys.stderr)
+    records = outcome.records()
     for rec in records:
         print(f"{prog}: record {rec['run_id']} status {rec['status']} in {args.results}",
               file=sys.stderr)
-    return 1 if failed or not records else 0
+    return 0 if outcome.ok and records else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""Run one process per node, watch them together, stop them together.
+
+Every launcher (native torchrun, Compose, SSH) reduces a job to one command per node; this
+module starts them, streams each node's output with its host as prefix (and into
+``<log_dir>/<host>.log``), and once any node fails, the deadline passes or the user presses
+Ctrl-C, stops the rest and calls the launcher's own clean-up.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import record
+
+TAIL_LINES = 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeCommand:
+    rank: int
+    host: str                  # a label for output and logs: a hostname, or node<rank>
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class NodeOutcome:
+    rank: int
+    host: str
+    returncode: int | None
+    last_lines: list[str]
+    output: list[str]          # every line, for the record after the marker
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclasses.dataclass(slots=True)
+class JobOutcome:
+    nodes: list[NodeOutcome]
+    timed_out: bool
+    seconds: float
+    culprit: NodeOutcome | None = None   # the node that failed first (the others were stopped)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(n.ok for n in self.nodes)
+
+    def records(self) -> list[dict]:
+        """Records printed after the marker by any node (rank 0 prints them)."""
+        found = []
+        for node in self.nodes:
+            found += record.parse_stdout("\n".join(node.output))
+        return found
+
+
+def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
+    log = open(log_path, "a", encoding="utf-8") if log_path else None
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            sys.stderr.write(f"[{node.host}] {line}")
+            node.output.append(line.rstrip("\n"))
+            if log:
+                log.write(line)
+                log.flush()
+    finally:
+        if log:
+            log.close()
+    node.last_lines = node.output[-TAIL_LINES:]
+
+
+def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path | None = None,
+              cleanup: Callable[[], None] | None = None, cwd: Path | None = None) -> JobOutcome:
+    """Start every node's command, wait for all; stop all on the first failure or deadline."""
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    procs: list[subprocess.Popen] = []
+    nodes: list[NodeOutcome] = []
+    threads: list[threading.Thread] = []
+    timed_out, culprit = False, None
+    try:
+        for command in commands:
+            env = {**os.environ, **(command.env or {})}
+            # Its own session: stopping a node reaches every process it started.
+            proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace", start_new_session=True)
+            node = NodeOutcome(command.rank, command.host, None, [], [])
+            log_path = log_dir / f"{command.host}.log" if log_dir else None
+            thread = threading.Thread(target=_pump, args=(proc, node, log_path), daemon=True)
+            thread.start()
+            procs.append(proc)
+            nodes.append(node)
+            threads.append(thread)
+        timed_out, culprit = _wait(procs, started + deadline_s)
+    except BaseException:
+        _stop(procs)
+        if cleanup:
+            cleanup()
+        raise
+    if timed_out or any(p.returncode != 0 for p in procs):
+        _stop(procs)
+    if cleanup:
+        cleanup()
+    for thread in threads:
+        thread.join(timeout=10)
+    for proc, node in zip(procs, nodes, strict=True):
+        node.returncode = proc.returncode
+    return JobOutcome(nodes, timed_out, time.monotonic() - started,
+                      nodes[culprit] if culprit is not None else None)
+
+
+def _wait(procs: list[subprocess.Popen], deadline: float) -> tuple[bool, int | None]:
+    """Until all have ended or one failed: (deadline passed, index of the first failure)."""
+    while True:
+        failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            return False, failed[0]
+        if all(p.returncode is not None for p in procs):
+            return False, None
+        if time.monotonic() > deadline:
+            return True, None
+        time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
+    """SIGTERM each node's process group, then SIGKILL what is left after the grace."""
+    for proc in procs:
+        if proc.poll() is None:
+            _signal(proc, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,269 @@
+"""``python -m bench matrix``: the batch-size x topology matrix, each repeat a fresh job.
+
+  python -m bench matrix --batch-sizes 64,128 --topologies 1x1,1x2,2x1 --repeats 3 \\
+      [--launcher native|compose|ssh --hosts h1,h2] -- --steps 20 --model resnet18
+
+Cells are BATCH_SIZES x TOPOLOGIES (x MODELS x PRECISIONS x BACKENDS when several are
+given). Each repeat of a cell is one job through the chosen launcher. Records are appended
+as jobs finish; a failed, OOM or timed-out job is recorded with its reason (the node that
+failed and its last lines) and the matrix goes on. ``--resume`` skips repeats that already
+have an ok record for the same config hash and topology.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import sys
+import time
+from pathlib import Path
+
+from bench import provenance, record
+from bench.config import BACKENDS, PRECISIONS, OneLineErrorParser, TrainConfig
+from bench.launchers.nodes import JobOutcome
+from bench.models import MODELS
+from bench.options import ConfigError
+from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
+
+LAUNCHERS = ("native", "compose", "ssh")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cell:
+    """One point of the matrix; its repeats are separate jobs."""
+
+    batch_size: int
+    topology: Topology
+    model: str
+    precision: str
+    backend: str
+
+    def trainer_args(self, base: list[str]) -> list[str]:
+        return [*base, "--batch-size", str(self.batch_size), "--model", self.model,
+                "--precision", self.precision, "--backend", self.backend]
+
+    def label(self) -> str:
+        return (f"batch {self.batch_size} {self.topology} {self.model} {self.precision} "
+                f"{self.backend}")
+
+
+def _choices(text: str, allowed: tuple[str, ...], setting: str) -> list[str]:
+    items = [item for item in text.replace(",", " ").split() if item]
+    bad = [item for item in items if item not in allowed]
+    if not items or bad:
+        raise ConfigError(setting, ",".join(bad) or "''", f"choose from {', '.join(allowed)}")
+    return items
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class MatrixConfig:
+    cells: list[Cell]
+    repeats: int
+    launcher: str
+    hosts: list[str]
+    results: Path
+    resume: bool
+    deadline_s: float
+    rdzv_timeout: int
+    trainer_args: list[str]
+    image: str | None
+    env_file: Path | None
+    runtime: str
+    remote_dir: str | None
+    master_port: int
+    profile: str
+
+    @classmethod
+    def from_args(cls, argv: list[str], prog: str) -> MatrixConfig:
+        own, trainer_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
+            if "--" in argv else (argv, [])
+        p = OneLineErrorParser(prog=prog, description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--batch-sizes", default="64", help="per-device batch sizes, e.g. 64,128")
+        p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
+        p.add_argument("--models", default="resnet18", help="comma-separated models")
+        p.add_argument("--precisions", default="fp32", help="comma-separated precisions")
+        p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
+        p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
+        p.add_argument("--launcher", choices=LAUNCHERS, default="native",
+                       help="native torchrun here, Compose here, or SSH fan-out to --hosts")
+        p.add_argument("--hosts", default="", help="ssh: host1,host2 in node-rank order")
+        p.add_argument("--runtime", choices=("compose", "native"), default="compose",
+                       help="ssh: start the trainer through Compose or torchrun on each host")
+        p.add_argument("--remote-dir", help="ssh: this checkout's path on the hosts "
+                       "(default: the same path as here)")
+        p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
+        p.add_argument("--resume", action="store_true",
+                       help="skip repeats that already have an ok record")
+        p.add_argument("--deadline", type=float, default=1800.0,
+                       help="seconds a job may run before every node is stopped")
+        p.add_argument("--rdzv-timeout", type=int, default=120,
+                       help="seconds a node waits for the others at the rendezvous")
+        p.add_argument("--master-port", type=int, default=29500)
+        p.add_argument("--image", help="compose/ssh+compose: the trainer image")
+        p.add_argument("--env-file", type=Path, help="compose: the node settings file")
+        p.add_argument("--profile", choices=("cpu", "gpu"), help="compose: the trainer "
+                       "service (default: gpu where torch sees CUDA, else cpu)")
+        a = p.parse_args(own)
+        batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
+        topologies = parse_list(a.topologies)
+        models = _choices(a.models, tuple(MODELS), "--models")
+        precisions = _choices(a.precisions, PRECISIONS, "--precisions")
+        backends = _choices(a.backends, BACKENDS, "--backends")
+        if a.repeats < 1:
+            raise ConfigError("--repeats", a.repeats, "must be a positive integer")
+        hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
+        if hosts:
+            most = max(t.nodes for t in topologies)
+            if most > len(hosts):
+                raise ConfigError("--topologies", a.topologies,
+                                  f"needs {most} nodes but --hosts names {len(hosts)}")
+        elif a.hosts:
+            raise ConfigError("--hosts", a.hosts, "only with --launcher ssh")
+        uses_compose = a.launcher == "compose" or (a.launcher == "ssh" and a.runtime == "compose")
+        if uses_compose and not a.image:
+            raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
+                              "bench-trainer:cpu")
+        if a.launcher == "compose" and (a.env_file is None or not a.env_file.is_file()):
+            raise ConfigError("--env-file", a.env_file, "Compose needs an existing settings "
+                              "file, e.g. compose/.env")
+        cells = [Cell(b, t, m, pr, be) for m, pr, be, b, t in
+                 itertools.product(models, precisions, backends, batch_sizes, topologies)]
+        for cell in cells:  # every cell's trainer flags are valid before anything starts
+            TrainConfig.from_args(cell.trainer_args(trainer_args), "bench train")
+        return cls(cells=cells, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
+                   results=a.results, resume=a.resume, deadline_s=a.deadline,
+                   rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
+                   env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
+                   master_port=a.master_port, profile=a.profile or _default_profile())
+
+
+def _default_profile() -> str:
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def cell_key(config_hash: str, nnodes: int | None, nproc: int | None) -> tuple:
+    return (config_hash, nnodes, nproc)
+
+
+def finished_repeats(results: Path) -> dict[tuple, int]:
+    """Ok records per cell key in an existing results file (for --resume)."""
+    counts: dict[tuple, int] = {}
+    if results.exists():
+        for rec in record.read(results):
+            if rec.get("status") == "ok":
+                key = cell_key(rec["config_hash"], rec.get("nnodes"), rec.get("nproc_per_node"))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def failure_record(cfg: TrainConfig, topology: Topology) -> dict:
+    """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
+    from bench.train import skeleton
+
+    rec = skeleton(cfg)
+    rec.update(world_size=topology.devices, nnodes=topology.nodes,
+               nproc_per_node=topology.procs,
+               global_batch_size=topology.devices * cfg.data.batch_size
+               * cfg.distributed.grad_accum,
+               env=provenance.collect(None, gather=False))
+    rec["status"], rec["error"] = "error", "no node wrote a record"
+    return rec
+
+
+def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
+    """Name the node that failed first, and its last lines, in the record."""
+    node = outcome.culprit
+    if node is None:  # nobody failed: the deadline stopped them
+        rec["status"] = "timeout"
+        rec["error"] = f"the job passed its deadline of {deadline_s:.0f} s"
+        return rec
+    last = next((line for line in reversed(node.last_lines) if line.strip()), "")
+    reason = f"{node.host} (node {node.rank}) exited {node.returncode}: {last[:300]}"
+    trainer_said = rec.get("error") if rec.get("status") != "ok" else None
+    rec["error"] = f"{reason}; rank 0: {trainer_said}" if trainer_said else reason
+    if rec.get("status") == "ok":
+        rec["status"] = "error"
+    rec["failed_node"] = {"rank": node.rank, "host": node.host,
+                          "returncode": node.returncode, "last_lines": node.last_lines[-8:]}
+    return rec
+
+
+def _eta(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def run(cfg: MatrixConfig, launch) -> int:
+    """Run every job; ``launch(cell, args, job_id, port, trainer_results, log_dir)`` starts one."""
+    matrix_id = record.new_run_id()
+    done = finished_repeats(cfg.results) if cfg.resume else {}
+    jobs = []
+    for index, cell in enumerate(cfg.cells, 1):
+        args = cell.trainer_args(cfg.trainer_args)
+        train_cfg = TrainConfig.from_args(args, "bench train")
+        key = cell_key(train_cfg.hash(), cell.topology.nodes, cell.topology.procs)
+        for repeat in range(1, cfg.repeats + 1):
+            if repeat <= done.get(key, 0):
+                print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}: "
+                      "already recorded, skipped (--resume)", file=sys.stderr)
+                continue
+            jobs.append((index, cell, repeat, args, train_cfg))
+    failures, durations = [], []
+    for number, (index, cell, repeat, args, train_cfg) in enumerate(jobs, 1):
+        eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
+            else "unknown"
+        print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}/"
+              f"{cfg.repeats} (job {number}/{len(jobs)}, ETA {eta})", file=sys.stderr,
+              flush=True)
+        job_id = f"{matrix_id}-c{index}r{repeat}"
+        log_dir = cfg.results.parent / "logs" / job_id
+        port = cfg.master_port + (number % 50) * 2  # a fresh port: no TIME_WAIT collisions
+        outcome = launch(cell, args, job_id, port, log_dir / "trainer.jsonl", log_dir)
+        durations.append(outcome.seconds)
+        records = outcome.records()
+        rec = records[0] if records else failure_record(train_cfg, cell.topology)
+        if not outcome.ok:
+            rec = describe_failure(rec, outcome, cfg.deadline_s)
+        rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
+                         "launcher": cfg.launcher, "topology": str(cell.topology),
+                         "logs": str(log_dir)}
+        record.append(cfg.results, rec)
+        status = rec["status"]
+        print(f"[matrix] cell {index} repeat {repeat}: {status}"
+              + (f" ({rec['error']})" if status != "ok" else
+                 f", {rec['samples_per_s']:.1f} samples/s") + f" in {outcome.seconds:.1f} s",
+              file=sys.stderr, flush=True)
+        if status != "ok":
+            failures.append((index, cell, repeat, rec))
+    print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
+          file=sys.stderr)
+    if failures:
+        print("[matrix] failed cells:", file=sys.stderr)
+        for index, cell, repeat, rec in failures:
+            print(f"  cell {index} ({cell.label()}) repeat {repeat}: {rec['status']}: "
+                  f"{rec['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
+    from bench.launchers import select
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = MatrixConfig.from_args(argv, prog)
+        launch = select(cfg)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    code = run(cfg, launch)
+    print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
