@@ -48,10 +48,10 @@ help: ## list the targets
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 # --- host set-up ---------------------------------------------------------------------------
-$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-host.txt pyproject.toml
 	@echo "venv: installing the pinned requirements into $(VENV) (torch is large: a few minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-host.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 

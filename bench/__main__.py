@@ -8,7 +8,9 @@ VERBS = {
     "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
     "matrix": ("bench.matrix", "run the batch-size x topology matrix, each repeat a fresh job"),
     "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
-    "table": ("bench.table", "print the runs of result files as a table"),
+    "table": ("bench.table", "result tables in the layout of a lab's scaling table"),
+    "plot": ("bench.plot", "PNG charts of a results file, saved beside it"),
+    "compare": ("bench.compare", "compare two result sets cell by cell, with a verdict"),
     "settings": ("bench.settings", "check a node's stack settings before Compose starts"),
     "dataset": ("bench.dataset", "stage a dataset into the NFS export with a SHA-256 manifest"),
 }

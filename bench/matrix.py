@@ -26,6 +26,9 @@ from bench.options import ConfigError
 from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
 
 LAUNCHERS = ("native", "compose", "ssh")
+# Trainer flags the matrix sets per cell, and the matrix flag that sets them.
+DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
+                   "--precision": "--precisions", "--backend": "--backends"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +108,10 @@ class MatrixConfig:
         p.add_argument("--profile", choices=("cpu", "gpu"), help="compose: the trainer "
                        "service (default: gpu where torch sees CUDA, else cpu)")
         a = p.parse_args(own)
+        for flag, dimension in DIMENSION_FLAGS.items():
+            if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
+                raise ConfigError(flag, "(after --)", f"is a matrix dimension: give it as "
+                                  f"{dimension} before --")
         batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
         topologies = parse_list(a.topologies)
         models = _choices(a.models, tuple(MODELS), "--models")

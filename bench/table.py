@@ -1,51 +1,204 @@
-"""``python -m bench table FILE...``: the runs of result files as one plain table."""
+"""``python -m bench table FILE...``: result tables in the layout of a lab's scaling table.
+
+One table per group (by default: per batch size and workload), one row per topology:
+setup, GPUs, nodes, per-device and global batch, samples/s (``--steps`` runs) or total
+training time (``--epochs`` runs) as the median of the repeats with their min-max, the
+speedup against the 1-device row of the same table, the scaling efficiency (speedup per
+device), gradient bytes per step, and the status.
+
+  python -m bench table results/runs.jsonl --format github
+  python -m bench table a.jsonl --group-by model,batch --where model=resnet50 --where status=ok
+"""
 from __future__ import annotations
 
+import argparse
+import csv
+import io
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tabulate import tabulate
 
 from bench import record
 from bench.config import OneLineErrorParser
-
-COLUMNS = ("model", "data", "mode", "nodes x procs", "batch/dev", "global batch",
-           "samples/s", "total s", "eval acc", "grad MB/step", "status")
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+from bench.options import ConfigError
+from bench.topology import Topology
 
 
-def row(rec: dict) -> list[str]:
-    config = rec.get("config", {})
-    nnodes, nproc = rec.get("nnodes"), rec.get("nproc_per_node")
-    grad = rec.get("grad_bytes_per_step")
-    return [config.get("model", {}).get("model", ""), config.get("data", {}).get("data", ""),
-            rec.get("mode", ""), f"{nnodes or '?'} x {nproc or '?'}",
-            str(rec.get("batch_size_per_device", "")), str(rec.get("global_batch_size") or ""),
-            _fmt(rec.get("samples_per_s")), _fmt(rec.get("total_time_s"), 2),
-            _fmt(rec.get("eval_accuracy"), 4), _fmt(grad / 1e6 if grad is not None else None, 2),
-            rec.get("status", "") + (f": {rec['error'][:60]}" if rec.get("error") else "")]
+def _cfg(section: str, key: str) -> Callable[[dict], object]:
+    return lambda r: r.get("config", {}).get(section, {}).get(key)
 
 
-def render(records: list[dict], fmt: str = "github") -> str:
-    return tabulate([row(r) for r in records], headers=COLUMNS, tablefmt=fmt,
-                    disable_numparse=True)
+# The vocabulary of --group-by and --where: one extractor per field.
+FIELDS: dict[str, Callable[[dict], object]] = {
+    "batch": lambda r: r.get("batch_size_per_device"),
+    "model": _cfg("model", "model"),
+    "data": _cfg("data", "data"),
+    "mode": lambda r: r.get("mode"),
+    "precision": _cfg("precision", "precision"),
+    "backend": _cfg("distributed", "backend"),
+    "comm_hook": lambda r: r.get("comm_hook"),
+    "grad_accum": _cfg("distributed", "grad_accum"),
+    "topology": lambda r: f"{r.get('nnodes')}x{r.get('nproc_per_node')}",
+    "nodes": lambda r: r.get("nnodes"),
+    "gpus": lambda r: r.get("world_size"),
+    "status": lambda r: r.get("status"),
+    "launcher": lambda r: r.get("matrix", {}).get("launcher", "direct"),
+    "device": lambda r: ((r.get("env") or {}).get("ranks") or [{}])[0].get("device"),
+}
+DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook")
+FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex", "csv": None}
+HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",
+           "efficiency", "grad MB/step", "status")
+
+
+def metric_of(mode: str) -> tuple[str, str, bool]:
+    """(record field, column name, higher is better) for a run mode."""
+    if mode == "epochs":
+        return "total_time_s", "total time s", False
+    return "samples_per_s", "samples/s", True
+
+
+def parse_where(items: list[str]) -> list[tuple[str, str]]:
+    conditions = []
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or field not in FIELDS:
+            raise ConfigError("--where", item, f"write FIELD=VALUE with FIELD one of "
+                              f"{', '.join(FIELDS)}")
+        conditions.append((field, value))
+    return conditions
+
+
+def parse_group_by(text: str) -> tuple[str, ...]:
+    fields = tuple(f for f in text.replace(",", " ").split() if f)
+    bad = [f for f in fields if f not in FIELDS]
+    if not fields or bad:
+        raise ConfigError("--group-by", ",".join(bad) or "''",
+                          f"choose fields from {', '.join(FIELDS)}")
+    return fields
+
+
+def select(records: list[dict], where: list[tuple[str, str]]) -> list[dict]:
+    return [r for r in records if all(str(FIELDS[f](r)) == v for f, v in where)]
+
+
+def _median_range(values: list[float], digits: int) -> str:
+    if not values:
+        return ""
+    text = f"{statistics.median(values):.{digits}f}"
+    if len(values) > 1:
+        text += f" ({min(values):.{digits}f}-{max(values):.{digits}f})"
+    return text
+
+
+def _status(cell: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for rec in cell:
+        counts[rec.get("status", "?")] = counts.get(rec.get("status", "?"), 0) + 1
+    if set(counts) == {"ok"}:
+        return "ok" if counts["ok"] == 1 else f"ok x{counts['ok']}"
+    text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    error = next((r.get("error") for r in cell if r.get("status") != "ok"), "") or ""
+    return f"{text}: {error[:70]}" if error else text
+
+
+def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[tuple, list]]:
+    """[(group key, [row, ...])] with rows already formatted as strings."""
+    groups: dict[tuple, dict[Topology, list[dict]]] = {}
+    for rec in records:
+        key = tuple(FIELDS[f](rec) for f in group_by)
+        topology = Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1)
+        groups.setdefault(key, {}).setdefault(topology, []).append(rec)
+    tables = []
+    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
+        cells = groups[key]
+        mode = next(iter(cells.values()))[0].get("mode", "steps")
+        field, _, higher_better = metric_of(mode)
+
+        def values(cell: list[dict], field=field) -> list[float]:
+            return [r[field] for r in cell if r.get("status") == "ok" and r.get(field)]
+
+        base = next((values(c) for t, c in cells.items() if t.devices == 1), [])
+        rows = []
+        for topology in sorted(cells, key=lambda t: (t.devices, t.nodes)):
+            cell = cells[topology]
+            measured = values(cell)
+            speedup = efficiency = ""
+            if measured and base:
+                ratio = statistics.median(measured) / statistics.median(base)
+                ratio = ratio if higher_better else 1 / ratio
+                speedup, efficiency = f"{ratio:.2f}x", f"{ratio / topology.devices:.0%}"
+            grads = [r["grad_bytes_per_step"] for r in cell
+                     if r.get("grad_bytes_per_step") is not None]
+            global_batch = next((r.get("global_batch_size") for r in cell
+                                 if r.get("global_batch_size")), "")
+            rows.append([topology.setup, topology.devices, topology.nodes,
+                         cell[0].get("batch_size_per_device", ""), global_batch,
+                         _median_range(measured, 1 if higher_better else 2), speedup,
+                         efficiency, f"{statistics.median(grads) / 1e6:.1f}" if grads else "",
+                         _status(cell)])
+        tables.append((key, rows, metric_of(mode)[1]))
+    return tables
+
+
+def render(records: list[dict], fmt: str = "markdown",
+           group_by: tuple[str, ...] = DEFAULT_GROUP_BY) -> str:
+    tables = group_tables(records, group_by)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([*group_by, "metric", *[h.format(metric="value") for h in HEADERS]])
+        for key, rows, metric in tables:
+            for row in rows:
+                writer.writerow([*key, metric, *row])
+        return out.getvalue().rstrip("\n")
+    parts = []
+    for key, rows, metric in tables:
+        title = " | ".join(f"{f} {v}" for f, v in zip(group_by, key, strict=True))
+        headers = [h.format(metric=metric) for h in HEADERS]
+        parts.append(f"{title}\n\n" + tabulate(rows, headers=headers, tablefmt=FORMATS[fmt],
+                                                disable_numparse=True))
+    return "\n\n".join(parts)
+
+
+def plot_links(results: list[Path], fmt: str) -> list[str]:
+    """Markdown links to the plots beside the results (made by `bench plot`), if any."""
+    links = []
+    for path in results:
+        for png in sorted(path.parent.glob(f"{path.stem}-*.png")):
+            links.append(f"![{png.stem}]({png})" if fmt in ("markdown", "github") else str(png))
+    return links
 
 
 def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
-    parser = OneLineErrorParser(prog=prog, description=__doc__)
+    parser = OneLineErrorParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--format", default="github",
-                        help="any tabulate format: github, simple, csv-like tsv, latex...")
+    parser.add_argument("--format", choices=tuple(FORMATS), default="markdown")
+    parser.add_argument("--group-by", default=",".join(DEFAULT_GROUP_BY),
+                        help=f"fields that make one table (from: {', '.join(FIELDS)})")
+    parser.add_argument("--where", action="append", default=[],
+                        help="keep records with FIELD=VALUE (repeatable)")
     args = parser.parse_args(argv)
     missing = [str(f) for f in args.files if not f.is_file()]
-    if missing:
-        print(f"{prog}: error: no such results file: {', '.join(missing)}", file=sys.stderr)
+    try:
+        if missing:
+            raise ConfigError("FILE", ", ".join(missing), "no such results file")
+        group_by, where = parse_group_by(args.group_by), parse_where(args.where)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    records = [rec for path in args.files for rec in record.read(path)]
-    print(render(records, args.format))
+    records = select([r for path in args.files for r in record.read(path)], where)
+    if not records:
+        print(f"{prog}: no records match", file=sys.stderr)
+        return 1
+    print(render(records, args.format, group_by))
+    links = plot_links(args.files, args.format)
+    if links and args.format != "csv":
+        print("\nplots:\n" + "\n".join(links))
     return 0
 
 
