@@ -40,7 +40,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix table plot node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -158,6 +158,25 @@ bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic
 	@failed=0; for workload in $(CPU_WORKLOADS); do \
 	  $(call compose_matrix,cpu,2,1,$(CPU_IMAGE),$(CPU_ENV_FILE),$$workload); \
 	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
+
+# The batch-size x topology matrix (python -m bench matrix), natively on this host by default.
+TOPOLOGIES ?= 1x1,1x2,2x1
+LAUNCHER ?= native
+MATRIX_RESULTS ?= results/matrix-$(RUN_TAG).jsonl
+NEWEST_RESULTS = $(shell ls -t results/*.jsonl 2>/dev/null | head -n 1)
+bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES (REPEATS, MODEL, LAUNCHER=native|compose), then table and plots
+	@failed=0; $(PY) -m bench matrix --batch-sizes "$(or $(BATCH_SIZES),32 64)" --topologies "$(TOPOLOGIES)" \
+	  --models $(or $(MODEL),resnet18) --precisions $(PRECISION) --repeats $(REPEATS) \
+	  --launcher $(LAUNCHER) --results $(MATRIX_RESULTS) $(if $(filter compose,$(LAUNCHER)),--image $(CPU_IMAGE) --env-file $(NODE_ENV)) \
+	  -- --steps $(or $(STEPS),10) $(MATRIX_ARGS) || failed=1; \
+	$(PY) -m bench plot $(MATRIX_RESULTS) >/dev/null || true; \
+	$(PY) -m bench table $(MATRIX_RESULTS); echo "results: $(MATRIX_RESULTS)"; exit $$failed
+
+table: venv ## tables of RESULTS (FORMAT=markdown|github|csv|latex)
+	$(PY) -m bench table $(or $(RESULTS),$(NEWEST_RESULTS)) --format $(or $(FORMAT),markdown)
+
+plot: venv ## PNG charts beside RESULTS (default: the newest results file)
+	$(PY) -m bench plot $(or $(RESULTS),$(NEWEST_RESULTS))
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
 	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)

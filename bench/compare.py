@@ -21,7 +21,7 @@ from tabulate import tabulate
 from bench import record
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.table import FIELDS, metric_of, parse_group_by
+from bench.table import FIELDS, metric_of, natural_order, parse_group_by
 
 DEFAULT_MATCH = ("model", "data", "mode", "precision", "comm_hook", "batch", "topology")
 
@@ -50,7 +50,7 @@ def compare(a_records: list[dict], b_records: list[dict], match: tuple[str, ...]
             threshold: float) -> list[list]:
     a_cells, b_cells = _cells(a_records, match), _cells(b_records, match)
     rows = []
-    for key in sorted(a_cells.keys() & b_cells.keys(), key=lambda k: tuple(map(str, k))):
+    for key in sorted(a_cells.keys() & b_cells.keys(), key=natural_order):
         mode = a_cells[key][0].get("mode", "steps")
         field, name, higher_better = metric_of(mode)
         a = [r[field] for r in a_cells[key] if r.get(field)]

@@ -105,6 +105,11 @@ def _status(cell: list[dict]) -> str:
     return f"{text}: {error[:70]}" if error else text
 
 
+def natural_order(key: tuple) -> tuple:
+    """Numbers before text, numbers by value: batch 64 before batch 128."""
+    return tuple((0, x, "") if isinstance(x, int | float) else (1, 0, str(x)) for x in key)
+
+
 def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[tuple, list]]:
     """[(group key, [row, ...])] with rows already formatted as strings."""
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
@@ -113,7 +118,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
         topology = Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1)
         groups.setdefault(key, {}).setdefault(topology, []).append(rec)
     tables = []
-    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
+    for key in sorted(groups, key=natural_order):
         cells = groups[key]
         mode = next(iter(cells.values()))[0].get("mode", "steps")
         field, _, higher_better = metric_of(mode)

@@ -1,0 +1,192 @@
+"""The matrix: parsing, tables, compare, plots, and native runs with failures and --resume."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from bench import matrix, record
+from bench.compare import verdict
+from bench.options import ConfigError
+from bench.table import render
+from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
+from conftest import REPO, validate
+
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1x1", Topology(1, 1)), ("2X4", Topology(2, 4)), (" 1x2 ", Topology(1, 2))])
+def test_topology_parses(text, expected):
+    assert Topology.parse(text) == expected
+
+
+@pytest.mark.parametrize("text", ["3x0", "x2", "2x", "0x1", "2*2", ""])
+def test_topology_rejects(text):
+    with pytest.raises(ConfigError, match="--topologies"):
+        Topology.parse(text)
+
+
+def test_lists_reject_duplicates_and_empties():
+    assert parse_list("1x1,1x2 2x1") == [Topology(1, 1), Topology(1, 2), Topology(2, 1)]
+    assert parse_positive_ints("64, 128", "--batch-sizes") == [64, 128]
+    assert parse_hosts("a,b") == ["a", "b"]
+    for call in (lambda: parse_list("1x1,1x1"), lambda: parse_positive_ints("64,x", "B"),
+                 lambda: parse_hosts("a,,b"), lambda: parse_hosts("a,a"), lambda: parse_hosts("")):
+        with pytest.raises(ConfigError):
+            call()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--batch-sizes", "0,64"], "--batch-sizes=0"),
+    (["--batch-sizes", "sixty"], "--batch-sizes=sixty"),
+    (["--topologies", "3x0"], "--topologies=3x0"),
+    (["--topologies", "x2"], "--topologies=x2"),
+    (["--launcher", "ssh", "--hosts", "h1,,h2"], "--hosts=h1,,h2: an empty host name"),
+    (["--launcher", "ssh", "--hosts", "h1,h1"], "lists h1 twice"),
+    (["--launcher", "ssh", "--hosts", "h1", "--topologies", "2x1"], "needs 2 nodes"),
+    (["--", "--model", "smallcnn"], "--models before --"),
+    (["--", "--steps", "0"], "--steps=0"),
+], ids=["batch-zero", "batch-word", "topo-3x0", "topo-x2", "hosts-empty", "hosts-dup",
+        "hosts-too-few", "dimension-after-dashes", "bad-trainer-flag"])
+def test_bad_matrix_inputs_exit_2(argv, message, capsys, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    own, trainer = (argv[:argv.index("--")], argv[argv.index("--"):]) if "--" in argv \
+        else (argv, ["--", "--steps", "1"])
+    code = matrix.main(own + ["--results", str(results)] + trainer)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not results.exists()
+
+
+def test_table_from_fixture_equals_expected_text():
+    records = list(record.read(FIXTURES / "table-fixture.jsonl"))
+    assert render(records) == (FIXTURES / "table-fixture.md").read_text().rstrip("\n")
+
+
+def test_table_cli_filters_and_rejects_unknown_fields():
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "bench", "table",
+                               str(FIXTURES / "table-fixture.jsonl"), *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    only = run("--where", "batch=64", "--format", "csv")
+    assert only.returncode == 0, only.stderr
+    header, *rows = only.stdout.strip().splitlines()
+    assert header.startswith("batch,") and len(rows) == 3  # the 3 topologies of batch 64
+    assert all(row.startswith("64,") for row in rows)
+    bad = run("--group-by", "colour")
+    assert bad.returncode == 2 and "--group-by=colour" in bad.stderr
+
+
+@pytest.mark.parametrize("a,b,higher,expected", [
+    ([100, 102, 101], [110, 112, 111], True, "faster"),       # ranges apart
+    ([100, 110, 105], [104, 112, 108], True, "within noise"),  # ranges overlap
+    ([10.0, 10.5], [12.0, 12.4], False, "slower"),           # times: larger is slower
+    ([100], [103], True, "within noise (1 run: threshold)"),
+    ([100], [120], True, "faster (1 run: threshold)"),
+])
+def test_compare_verdicts(a, b, higher, expected):
+    assert verdict(a, b, higher, threshold=0.05) == expected
+
+
+def run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "bench", "matrix", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+SMALL = ["--models", "smallcnn", "--", "--steps", "2", "--warmup-steps", "1", "--log-every", "0"]
+
+
+@pytest.fixture(scope="module")
+def native_matrix(tmp_path_factory):
+    results = tmp_path_factory.mktemp("matrix") / "runs.jsonl"
+    proc = run_matrix("--batch-sizes", "8,16", "--topologies", "1x1,1x2,2x1",
+                      "--results", str(results), *SMALL)
+    return results, proc
+
+
+@pytest.mark.e2e
+def test_native_matrix_runs_every_cell_with_table_and_plot(native_matrix):
+    results, proc = native_matrix
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = list(record.read(results))
+    assert len(records) == 6
+    cells = sorted((r["batch_size_per_device"], r["nnodes"], r["nproc_per_node"]) for r in records)
+    assert cells == [(8, 1, 1), (8, 1, 2), (8, 2, 1), (16, 1, 1), (16, 1, 2), (16, 2, 1)]
+    for rec in records:
+        validate(rec)
+        assert rec["status"] == "ok" and rec["matrix"]["launcher"] == "native"
+        assert (results.parent / "logs" / rec["matrix"]["logs"].split("/logs/")[1]
+                / "node0.log").is_file()
+    assert "ETA" in proc.stderr and "job 6/6" in proc.stderr
+    table = subprocess.run([sys.executable, "-m", "bench", "table", str(results)], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0 and table.stdout.count("| multi-node") == 2
+    plots = subprocess.run([sys.executable, "-m", "bench", "plot", str(results)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert plots.returncode == 0, plots.stderr
+    pngs = [results.parent / line for line in plots.stdout.split()]
+    assert len(pngs) == 3
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+@pytest.mark.e2e
+def test_resume_skips_finished_cells(native_matrix, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    shutil.copy(native_matrix[0], results)
+    again = run_matrix("--batch-sizes", "8,16", "--topologies", "1x1,1x2,2x1", "--resume",
+                       "--results", str(results), *SMALL)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("already recorded, skipped (--resume)") == 6
+    assert len(list(record.read(results))) == 6
+    more = run_matrix("--batch-sizes", "8", "--topologies", "1x1", "--repeats", "2",
+                      "--resume", "--results", str(results), *SMALL)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert more.stderr.count("skipped (--resume)") == 1 and "job 1/1" in more.stderr
+    assert len(list(record.read(results))) == 7
+
+
+def _kill_node1_when_training(results_dir, stop):
+    """SIGKILL node 1's whole process group once its trainer has started stepping."""
+    while not stop.is_set():
+        found = subprocess.run(["pgrep", "-f", "--", f"--node_rank 1 .*{results_dir}"],
+                               capture_output=True, text=True).stdout.split()
+        logs = list(results_dir.glob("logs/*/node0.log"))
+        if found and logs and "step 2/" in logs[0].read_text():
+            os.killpg(int(found[0]), signal.SIGKILL)
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.e2e
+def test_a_node_killed_mid_cell_is_recorded_naming_it(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    record.append(results, {"earlier": "record"})  # must survive intact
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_node1_when_training, args=(tmp_path, stop))
+    killer.start()
+    started = time.monotonic()
+    proc = run_matrix("--batch-sizes", "8", "--topologies", "2x1", "--results", str(results),
+                      "--models", "smallcnn", "--deadline", "180", "--", "--steps", "100000",
+                      "--warmup-steps", "0", "--log-every", "1", "--timeout", "20")
+    stop.set()
+    killer.join()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    first, rec = list(record.read(results))
+    assert first == {"earlier": "record"}
+    validate(rec)
+    assert rec["status"] in ("error", "timeout")
+    assert rec["failed_node"]["host"] == "node1" and rec["failed_node"]["returncode"] == -9
+    assert "node1 (node 1) exited -9" in rec["error"]
+    assert "failed cells:" in proc.stderr and "node1" in proc.stderr
+    assert elapsed < 120, f"node 0 should give up within --timeout, took {elapsed:.0f}s"
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
