@@ -40,7 +40,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix table plot node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix bench-multinode table plot node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -159,18 +159,38 @@ bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic
 	  $(call compose_matrix,cpu,2,1,$(CPU_IMAGE),$(CPU_ENV_FILE),$$workload); \
 	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
 
-# The batch-size x topology matrix (python -m bench matrix), natively on this host by default.
-TOPOLOGIES ?= 1x1,1x2,2x1
+# The batch-size x topology matrix (python -m bench matrix): natively or through Compose on
+# this host (bench-matrix), or one node per host over SSH (bench-multinode). Each ends with
+# the tables, the plots and the results path; the exit status says whether a cell failed.
+# $(1): launcher flags
+define matrix_run
+@failed=0; $(PY) -m bench matrix --batch-sizes "$(BATCH_SIZES)" --topologies "$(TOPOLOGIES)" \
+  --models $(MODEL) --precisions $(PRECISION) --repeats $(REPEATS) --results $(RESULTS) $(1) \
+  -- --steps $(STEPS) $(MATRIX_ARGS) || failed=1; \
+$(PY) -m bench plot $(RESULTS) >/dev/null 2>&1 || true; $(show_results); exit $$failed
+endef
 LAUNCHER ?= native
-MATRIX_RESULTS ?= results/matrix-$(RUN_TAG).jsonl
-NEWEST_RESULTS = $(shell ls -t results/*.jsonl 2>/dev/null | head -n 1)
-bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES (REPEATS, MODEL, LAUNCHER=native|compose), then table and plots
-	@failed=0; $(PY) -m bench matrix --batch-sizes "$(or $(BATCH_SIZES),32 64)" --topologies "$(TOPOLOGIES)" \
-	  --models $(or $(MODEL),resnet18) --precisions $(PRECISION) --repeats $(REPEATS) \
-	  --launcher $(LAUNCHER) --results $(MATRIX_RESULTS) $(if $(filter compose,$(LAUNCHER)),--image $(CPU_IMAGE) --env-file $(NODE_ENV)) \
-	  -- --steps $(or $(STEPS),10) $(MATRIX_ARGS) || failed=1; \
-	$(PY) -m bench plot $(MATRIX_RESULTS) >/dev/null || true; \
-	$(PY) -m bench table $(MATRIX_RESULTS); echo "results: $(MATRIX_RESULTS)"; exit $$failed
+RUNTIME ?= compose
+HOSTS ?=
+host_count = $(words $(subst $(comma), ,$(HOSTS)))
+comma := ,
+
+bench-matrix: BATCH_SIZES ?= 32 64
+bench-matrix: MODEL ?= resnet18
+bench-matrix: STEPS ?= 10
+bench-matrix: TOPOLOGIES ?= 1x1,1x2,2x1
+bench-matrix: RESULTS ?= results/matrix-$(RUN_TAG).jsonl
+bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES on this host (LAUNCHER=native|compose, REPEATS, MODEL)
+	$(call matrix_run,--launcher $(LAUNCHER) $(if $(filter compose,$(LAUNCHER)),--image $(CPU_IMAGE) --env-file $(NODE_ENV) --profile cpu))
+
+bench-multinode: BATCH_SIZES ?= 64 128 256
+bench-multinode: MODEL ?= resnet50
+bench-multinode: STEPS ?= 50
+bench-multinode: TOPOLOGIES ?= 1x1,$(host_count)x1
+bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
+bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
+	@[ -n "$(HOSTS)" ] || { echo "bench-multinode: set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
+	$(call matrix_run,--launcher ssh --hosts $(HOSTS) --runtime $(RUNTIME) --image $(IMAGE) --env-file $(abspath $(NODE_ENV)) --profile gpu)
 
 table: venv ## tables of RESULTS (FORMAT=markdown|github|csv|latex)
 	$(PY) -m bench table $(or $(RESULTS),$(NEWEST_RESULTS)) --format $(or $(FORMAT),markdown)

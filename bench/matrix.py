@@ -75,6 +75,7 @@ class MatrixConfig:
     remote_dir: str | None
     master_port: int
     profile: str
+    ssh_config: Path | None
 
     @classmethod
     def from_args(cls, argv: list[str], prog: str) -> MatrixConfig:
@@ -95,6 +96,8 @@ class MatrixConfig:
                        help="ssh: start the trainer through Compose or torchrun on each host")
         p.add_argument("--remote-dir", help="ssh: this checkout's path on the hosts "
                        "(default: the same path as here)")
+        p.add_argument("--ssh-config", type=Path, help="ssh: an ssh_config file (ports, keys, "
+                       "known_hosts) passed to ssh -F")
         p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
         p.add_argument("--resume", action="store_true",
                        help="skip repeats that already have an ok record")
@@ -142,7 +145,8 @@ class MatrixConfig:
                    results=a.results, resume=a.resume, deadline_s=a.deadline,
                    rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
                    env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
-                   master_port=a.master_port, profile=a.profile or _default_profile())
+                   master_port=a.master_port, profile=a.profile or _default_profile(),
+                   ssh_config=a.ssh_config)
 
 
 def _default_profile() -> str:
@@ -263,7 +267,7 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
     try:
         cfg = MatrixConfig.from_args(argv, prog)
         launch = select(cfg)
-    except ConfigError as error:
+    except (ConfigError, RuntimeError) as error:  # bad input, or a host that cannot start
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from bench import record
 
 REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_ENV = REPO / "compose" / ".env.example"
 IN_CI = os.environ.get("CI") == "true"
 FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
                             "/usr/share/datasets/fashion-mnist"]
@@ -62,6 +65,13 @@ def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 3
     records = list(record.read(results)) if results.exists() else []
     return Launch(proc.returncode, proc.stdout, proc.stderr, records,
                   record.parse_stdout(proc.stdout))
+
+
+def run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """python -m bench matrix ..., with test traffic on loopback."""
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "bench", "matrix", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def validate(rec: dict) -> None:
@@ -128,3 +138,54 @@ def staged_fashion_mnist(tmp_path_factory, fashion_mnist_dir) -> Path:
     assert proc.returncode == 0, proc.stderr
     export.chmod(0o755)
     return export
+
+
+LOOPBACK_HOSTS = ["127.0.0.2", "127.0.0.3"]
+
+
+@pytest.fixture(scope="session")
+def loopback_sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.2 and 127.0.0.3 standing for two hosts; yields an ssh_config.
+
+    Its keys, authorized_keys and known_hosts live in a temp dir, so the user's ~/.ssh is
+    not touched. The host keys are recorded with ssh-keyscan beforehand: the launcher never
+    accepts an unknown key.
+    """
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    _require(Path(sshd).exists(), "openssh-server is not installed (.ci/run installs it)")
+    home = tmp_path_factory.mktemp("sshd")
+    for name in ("host_ed25519", "id_ed25519"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / name)],
+                       check=True)
+    (home / "authorized_keys").write_text((home / "id_ed25519.pub").read_text())
+    port = free_port()
+    listen = "".join(f"ListenAddress {host}:{port}\n" for host in LOOPBACK_HOSTS)
+    (home / "sshd_config").write_text(
+        f"{listen}HostKey {home}/host_ed25519\nAuthorizedKeysFile {home}/authorized_keys\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        f"PermitRootLogin prohibit-password\nStrictModes no\nPidFile {home}/sshd.pid\n")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
+    server = subprocess.Popen([sshd, "-D", "-e", "-f", str(home / "sshd_config")],
+                              stderr=open(home / "sshd.log", "w"))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((LOOPBACK_HOSTS[0], port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail(f"sshd did not start: {(home / 'sshd.log').read_text()[-1000:]}")
+            time.sleep(0.2)
+    scan = subprocess.run(["ssh-keyscan", "-p", str(port), *LOOPBACK_HOSTS],
+                          capture_output=True, text=True, timeout=30)
+    (home / "known_hosts").write_text(scan.stdout)
+    (home / "empty_known_hosts").write_text("")
+    common = (f"Host {' '.join(LOOPBACK_HOSTS)}\n  Port {port}\n  User root\n"
+              f"  IdentityFile {home}/id_ed25519\n  IdentitiesOnly yes\n")
+    for name, known in (("ssh_config", "known_hosts"),
+                        ("ssh_config_unknown_keys", "empty_known_hosts")):
+        (home / name).write_text(f"{common}  UserKnownHostsFile {home}/{known}\n")
+    yield home
+    server.terminate()
+    server.wait(timeout=10)

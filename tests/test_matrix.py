@@ -16,7 +16,7 @@ from bench.compare import verdict
 from bench.options import ConfigError
 from bench.table import render
 from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
-from conftest import REPO, validate
+from conftest import REPO, run_matrix, validate
 
 FIXTURES = REPO / "tests" / "fixtures"
 
@@ -94,12 +94,6 @@ def test_table_cli_filters_and_rejects_unknown_fields():
 ])
 def test_compare_verdicts(a, b, higher, expected):
     assert verdict(a, b, higher, threshold=0.05) == expected
-
-
-def run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "bench", "matrix", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 SMALL = ["--models", "smallcnn", "--", "--steps", "2", "--warmup-steps", "1", "--log-every", "0"]

@@ -7,9 +7,9 @@ import pytest
 
 from bench.options import ConfigError
 from bench.settings import NodeSettings, check_data_volume, load, read_env_file
-from conftest import REPO, free_port
+from conftest import EXAMPLE_ENV, free_port
 
-EXAMPLE = REPO / "compose" / ".env.example"
+EXAMPLE = EXAMPLE_ENV
 
 
 def settings(profile="cpu", **overrides) -> NodeSettings:

@@ -11,11 +11,10 @@ import time
 import pytest
 
 from bench import manifest, record
-from conftest import REPO, bench_containers, validate
+from conftest import EXAMPLE_ENV, REPO, bench_containers, validate
 
 pytestmark = pytest.mark.e2e
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
-EXAMPLE_ENV = REPO / "compose" / ".env.example"
 
 
 def compose(cmd: list[str], args: list[str], env: dict | None = None, **kwargs):

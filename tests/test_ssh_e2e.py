@@ -1,0 +1,63 @@
+"""SSH fan-out over a real sshd on loopback: 127.0.0.2 and 127.0.0.3 stand for two hosts."""
+from __future__ import annotations
+
+import pytest
+
+from bench import record
+from conftest import EXAMPLE_ENV, LOOPBACK_HOSTS, bench_containers, run_matrix, validate
+
+pytestmark = pytest.mark.e2e
+HOSTS = ",".join(LOOPBACK_HOSTS)
+WORKLOAD = ["--models", "smallcnn", "--", "--steps", "2", "--warmup-steps", "1",
+            "--log-every", "1"]
+
+
+def check_two_host_record(results):
+    (rec,) = list(record.read(results))
+    validate(rec)
+    assert rec["status"] == "ok" and rec["matrix"]["launcher"] == "ssh"
+    assert rec["nnodes"] == 2 and rec["world_size"] == 2
+    assert sorted(r["node_rank"] for r in rec["env"]["ranks"]) == [0, 1]
+    logs = results.parent / "logs" / rec["matrix"]["logs"].split("/logs/")[1]
+    # Each host's output is saved under its name; only rank 0 reports progress.
+    assert all((logs / f"{host}.log").is_file() for host in LOOPBACK_HOSTS)
+    assert "step 2/2" in (logs / f"{LOOPBACK_HOSTS[0]}.log").read_text()
+    return rec
+
+
+def test_ssh_native_runs_one_node_per_host(loopback_sshd, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
+                      "--ssh-config", str(loopback_sshd / "ssh_config"), "--topologies", "2x1",
+                      "--batch-sizes", "8", "--results", str(results), *WORKLOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_two_host_record(results)
+    assert f"[{LOOPBACK_HOSTS[0]}] [bench] step" in proc.stderr, "streamed with a host prefix"
+
+
+def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_path,
+                                                 staged_fashion_mnist):
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\n"
+                        f"DATA_MOUNT_OPTIONS=bind\nDATA_DEVICE={staged_fashion_mnist}\n"
+                        "GLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    results = tmp_path / "runs.jsonl"
+    proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "compose",
+                      "--image", cpu_image, "--env-file", str(env_file), "--profile", "cpu",
+                      "--ssh-config", str(loopback_sshd / "ssh_config"), "--topologies", "2x1",
+                      "--batch-sizes", "8", "--results", str(results), *WORKLOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = check_two_host_record(results)
+    assert rec["env"]["image_id"].startswith("sha256:")
+    assert bench_containers() == []
+
+
+def test_ssh_refuses_an_unknown_host_key_before_starting(loopback_sshd, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
+                      "--ssh-config", str(loopback_sshd / "ssh_config_unknown_keys"),
+                      "--topologies", "2x1", "--results", str(results), *WORKLOAD,
+                      timeout=120)
+    assert proc.returncode == 2
+    assert "Host key verification failed" in proc.stderr
+    assert not results.exists()
