@@ -40,7 +40,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix bench-multinode table plot node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -191,6 +191,10 @@ bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
 bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
 	@[ -n "$(HOSTS)" ] || { echo "bench-multinode: set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	$(call matrix_run,--launcher ssh --hosts $(HOSTS) --runtime $(RUNTIME) --image $(IMAGE) --env-file $(abspath $(NODE_ENV)) --profile gpu)
+
+doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU, interface, ports, shm, data, clocks
+	@[ -n "$(HOSTS)" ] || { echo "doctor: set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
+	$(PY) -m bench doctor --hosts $(HOSTS) --image $(if $(filter cpu,$(PROFILE)),$(CPU_IMAGE),$(IMAGE)) --env-file $(NODE_ENV)
 
 table: venv ## tables of RESULTS (FORMAT=markdown|github|csv|latex)
 	$(PY) -m bench table $(or $(RESULTS),$(NEWEST_RESULTS)) --format $(or $(FORMAT),markdown)
