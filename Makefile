@@ -40,7 +40,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -204,6 +204,9 @@ plot: venv ## PNG charts beside RESULTS (default: the newest results file)
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
 	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)
+
+bench-launch-overhead: venv build-cpu ## per-cell launch overhead, natively and through Compose (goal < 10 s)
+	$(PY) scripts/launch_overhead.py --repeats $(REPEATS) --image $(CPU_IMAGE)
 
 bench-container-overhead: venv build-cpu ## the trainer natively vs in the CPU container (goal >= 0.98)
 	$(PY) scripts/overhead.py --against container --image $(CPU_IMAGE) --repeats $(REPEATS)

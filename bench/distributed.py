@@ -67,8 +67,13 @@ def init(cfg: DistributedConfig) -> DistContext:
                        device=device, backend=cfg.backend)
 
 
-def shutdown() -> None:
+def shutdown(*, synchronized: bool) -> None:
+    """Leave the job. After a successful run every rank first meets at a barrier, so no
+    rank tears its connections down while a peer still uses them (seen as an abort at exit
+    on the slower rank); after a failure peers may be gone, so nobody waits."""
     if dist.is_available() and dist.is_initialized():
+        if synchronized:
+            dist.barrier()
         dist.destroy_process_group()
 
 

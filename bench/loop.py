@@ -102,6 +102,10 @@ class LoopResult:
     time_to_target: float | None = None
     eval_loss: float | None = None
     eval_accuracy: float | None = None
+    # Wall-clock (Unix) times of the first step's end, warm-up included, and the last step's
+    # end: a launcher subtracts its own start and finish from them (launch overhead).
+    first_step_done: float | None = None
+    last_step_done: float | None = None
 
 
 class Progress:
@@ -131,7 +135,11 @@ def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
         result.data_waits.append(waited)
         losses.append(loss)
         previous = now
+        if result.first_step_done is None:
+            result.first_step_done = time.time()
         progress.update(done, loss, label)
+    if count:
+        result.last_step_done = time.time()  # the last step already synced (clock() above)
     # Converted after the loop: .item() inside it would add a sync on every step.
     result.losses.extend(float(x) for x in losses)
     result.train_seconds += sum(result.step_times[-count:])
@@ -146,6 +154,7 @@ def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: Schedul
     _timed_steps(trainer, batches, cfg.warmup_steps, clock, warmup,
                  Progress(ctx, 0, 0, 0), "warm-up")
     result.losses.extend(warmup.losses)
+    result.first_step_done = warmup.first_step_done
     on_timing_start()
     progress = Progress(ctx, cfg.log_every, cfg.steps, samples_per_step)
     _timed_steps(trainer, batches, cfg.steps, clock, result, progress, "step")

@@ -202,6 +202,14 @@ def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     return rec
 
 
+def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
+    """Seconds from the job's launch to its first step's end, and from its last step's end
+    to the record being written (teardown included)."""
+    first, last = rec.get("first_step_done"), rec.get("last_step_done")
+    return {"startup_s": first - launched if first else None,
+            "teardown_s": recorded - last if last else None}
+
+
 def _eta(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s"
@@ -232,15 +240,18 @@ def run(cfg: MatrixConfig, launch) -> int:
         job_id = f"{matrix_id}-c{index}r{repeat}"
         log_dir = cfg.results.parent / "logs" / job_id
         port = cfg.master_port + (number % 50) * 2  # a fresh port: no TIME_WAIT collisions
+        launched = time.time()
         outcome = launch(cell, args, job_id, port, log_dir / "trainer.jsonl", log_dir)
         durations.append(outcome.seconds)
         records = outcome.records()
         rec = records[0] if records else failure_record(train_cfg, cell.topology)
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
+        recorded = time.time()
         rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
                          "launcher": cfg.launcher, "topology": str(cell.topology),
-                         "logs": str(log_dir)}
+                         "logs": str(log_dir), "launched_at": launched,
+                         "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
         record.append(cfg.results, rec)
         status = rec["status"]
         print(f"[matrix] cell {index} repeat {repeat}: {status}"

@@ -141,7 +141,7 @@ def _finish(cfg: TrainConfig, ctx: distributed.DistContext | None, rec: dict) ->
         record.append(cfg.output.results, rec)
         record.emit(rec)
     try:
-        distributed.shutdown()
+        distributed.shutdown(synchronized=rec["status"] == "ok")
     except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
         pass
     if rec["status"] == "ok":

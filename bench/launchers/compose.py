@@ -90,11 +90,17 @@ def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
     commands = _commands(job, compose, uuid.uuid4().hex[:8])
 
     def down() -> None:
-        for command in commands:
-            project = command.argv[command.argv.index("-p") + 1]
-            subprocess.run(compose + ["-p", project, "down", "-v", "--remove-orphans", "-t", "5"],
-                           env={**os.environ, **(command.env or {})}, capture_output=True,
-                           cwd=REPO, timeout=120)
+        # Every node's project at once: each `down` mostly waits on the daemon.
+        downs = [subprocess.Popen(compose + ["-p", command.argv[command.argv.index("-p") + 1],
+                                             "down", "-v", "--remove-orphans", "-t", "5"],
+                                  env={**os.environ, **(command.env or {})}, cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for command in commands]
+        for process in downs:
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
     return run_nodes(commands, deadline_s=job.deadline_s, log_dir=log_dir, cleanup=down,
                      cwd=REPO)
