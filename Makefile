@@ -11,6 +11,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The node's settings: compose/.env when present, else the documented defaults.
 NODE_ENV ?= $(if $(wildcard compose/.env),compose/.env,compose/.env.example)
+# The trainer services read the same file as their env_file (Compose resolves it for every
+# service, even in profiles not started).
+export BENCH_ENV_FILE := $(abspath $(NODE_ENV))
 env_value = $(shell sed -n 's/^$(1)=//p' $(NODE_ENV) | tail -n 1)
 IMAGE ?= $(call env_value,IMAGE)
 CPU_IMAGE ?= $(call env_value,CPU_IMAGE)

@@ -184,3 +184,44 @@ def test_a_node_killed_mid_cell_is_recorded_naming_it(tmp_path):
     assert "failed cells:" in proc.stderr and "node1" in proc.stderr
     assert elapsed < 120, f"node 0 should give up within --timeout, took {elapsed:.0f}s"
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
+
+
+def _kill_node1_container_when_training(results_dir, stop):
+    """docker kill node 1's trainer container once rank 0 reports steps."""
+    while not stop.is_set():
+        logs = list(results_dir.glob("logs/*/node0.log"))
+        if logs and "step 2/" in logs[0].read_text():
+            names = subprocess.run(["docker", "ps", "--format", "{{.Names}}"],
+                                   capture_output=True, text=True).stdout.split()
+            node1 = [n for n in names if n.startswith("bench-") and "node1" in n]
+            if node1:
+                subprocess.run(["docker", "kill", node1[0]], capture_output=True)
+                return
+        time.sleep(0.2)
+
+
+@pytest.mark.e2e
+def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_image, tmp_path):
+    from conftest import EXAMPLE_ENV, bench_containers
+
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + f"\nDATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS="
+                        f"bind\nDATA_DEVICE={tmp_path}\nGLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    results = tmp_path / "runs.jsonl"
+    record.append(results, {"earlier": "record"})
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_node1_container_when_training, args=(tmp_path, stop))
+    killer.start()
+    proc = run_matrix("--launcher", "compose", "--image", cpu_image, "--env-file", str(env_file),
+                      "--profile", "cpu", "--batch-sizes", "8", "--topologies", "2x1",
+                      "--results", str(results), "--models", "smallcnn", "--deadline", "180",
+                      "--", "--steps", "100000", "--warmup-steps", "0", "--log-every", "1",
+                      "--timeout", "20")
+    stop.set()
+    killer.join()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    first, rec = list(record.read(results))
+    assert first == {"earlier": "record"}
+    validate(rec)
+    assert rec["status"] in ("error", "timeout") and rec["failed_node"]["host"] == "node1"
+    assert bench_containers() == [], "every node's containers are gone"

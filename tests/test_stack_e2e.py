@@ -191,3 +191,18 @@ def test_bench_single_without_gpu_fails_fast_naming_the_fix(docker_engine):
     assert time.monotonic() - started < 30
     assert "nvidia" in result.stderr.lower() and "make bench-cpu" in result.stderr
     assert "docker build" not in result.stdout, "it fails before building anything"
+
+
+def test_make_nfs_up_serves_until_make_nfs_down(nfs_image, staged_fashion_mnist):
+    env = {"NFS_EXPORT_DIR": str(staged_fashion_mnist)}  # the shell wins over the env file
+    try:
+        up = make("nfs-up", env=env, timeout=180)
+        assert up.returncode == 0, dump_make(up)
+        assert "serving" in up.stdout
+        listing = subprocess.run(["nfs-ls", _nfs_url("")], capture_output=True, text=True,
+                                 timeout=60)
+        assert listing.returncode == 0 and manifest.MANIFEST_NAME in listing.stdout
+    finally:
+        down = make("nfs-down", env=env, timeout=180)
+    assert down.returncode == 0, dump_make(down)
+    assert bench_containers() == []  # bench-nfs_* included
