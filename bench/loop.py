@@ -63,6 +63,8 @@ class Trainer:
         self.device, self.grad_accum = device, grad_accum
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.criterion = nn.CrossEntropyLoss()
+        # A bare model (one process) has no gradient sync to skip.
+        self.can_skip_sync = hasattr(model, "no_sync")
 
     def step(self, batches: Iterator[Batch]) -> tuple[torch.Tensor, float]:
         """Returns the step's loss (a device tensor: no sync here) and seconds spent
@@ -76,8 +78,8 @@ class Trainer:
             waited += time.perf_counter() - start
             last = micro == self.grad_accum - 1
             # Gradients all-reduce only on the last micro-batch of the step.
-            sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") \
-                else self.model.no_sync()
+            sync = self.model.no_sync() if self.can_skip_sync and not last \
+                else contextlib.nullcontext()
             with sync:
                 with self.precision.autocast():
                     loss = self.criterion(self.model(images), labels) / self.grad_accum
