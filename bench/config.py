@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 
 from bench.models import MODELS
-from bench.options import ConfigError, add_flags, flag_of, from_namespace, option, require
+from bench.options import ConfigError, add_flags, from_namespace, option, require
 
 MODEL_NAMES = tuple(MODELS)
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
@@ -284,4 +284,4 @@ class OneLineErrorParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-__all__ = ["TrainConfig", "ConfigError", "flag_of"] + [cls.__name__ for cls, _ in SECTIONS.values()]
+__all__ = ["TrainConfig", "ConfigError"] + [cls.__name__ for cls, _ in SECTIONS.values()]

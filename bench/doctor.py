@@ -34,7 +34,7 @@ from bench.topology import parse_hosts
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 SHM_MINIMUM = 1 << 30
-VERSIONS = ("import torch, torch.distributed as d; nccl = torch.cuda.nccl.version() if "
+VERSIONS = ("import torch; nccl = torch.cuda.nccl.version() if "
             "torch.cuda.is_available() else None; print(torch.__version__, torch.version.cuda, "
             "nccl)")
 
