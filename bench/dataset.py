@@ -59,17 +59,26 @@ def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> 
 
 def stage(args: argparse.Namespace, prog: str) -> int:
     dest = args.export / (args.name or args.dataset)
-    dest.mkdir(parents=True, exist_ok=True)
-    problem = _stage_files(args.dataset, args.src, dest, args.download)
-    if problem:
-        return _fail(prog, problem)
-    # The export is root-squashed: clients read as nobody, so everything is world-readable.
-    for path in [dest, *dest.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    written = manifest.write(dest)
-    count = len(manifest.parse(written))
-    print(f"staged {args.dataset} in {dest}: {count} files, manifest {written} "
-          f"(sha256 {manifest.sha256_file(written)[:16]})")
+    # Staged beside the destination and renamed into place only when complete: a bad
+    # --src or a failed copy leaves neither a half-filled directory nor a damaged old copy.
+    staging = dest.with_name(f".{dest.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        problem = _stage_files(args.dataset, args.src, staging, args.download)
+        if problem:
+            return _fail(prog, problem)
+        # The export is root-squashed: clients read as nobody, so everything is world-readable.
+        for path in [staging, *staging.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        manifest.write(staging)
+        shutil.rmtree(dest, ignore_errors=True)
+        staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    written = dest / manifest.MANIFEST_NAME
+    print(f"staged {args.dataset} in {dest}: {len(manifest.parse(written))} files, manifest "
+          f"{written} (sha256 {manifest.sha256_file(written)[:16]})")
     return 0
 
 

@@ -49,3 +49,15 @@ def test_sample_checks_only_some_files_and_off_checks_none(tmp_path):
 
 def test_no_manifest_means_nothing_to_check(tmp_path):
     assert manifest.verify(tmp_path, "all", 1) is None
+
+
+def test_staging_with_a_bad_source_leaves_the_export_untouched(tmp_path, capsys):
+    from bench.dataset import main
+
+    export = tmp_path / "export"
+    (export / "fashion-mnist").mkdir(parents=True)
+    (export / "fashion-mnist" / "old.bin").write_bytes(b"earlier stage")
+    code = main(["stage", "fashion-mnist", "--src", str(tmp_path / "missing"),
+                 "--export", str(export)])
+    assert code == 2 and "--src" in capsys.readouterr().err
+    assert sorted(p.name for p in export.rglob("*")) == ["fashion-mnist", "old.bin"]
