@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
         for path in (args.a, args.b):
             if not path.is_file():
                 raise ConfigError("FILE", path, "no such results file")
-        match = parse_group_by(args.match)
+        match = parse_group_by(args.match, "--match")
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2

@@ -23,7 +23,13 @@ from bench.config import BACKENDS, PRECISIONS, OneLineErrorParser, TrainConfig
 from bench.launchers.nodes import JobOutcome
 from bench.models import MODELS
 from bench.options import ConfigError
-from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
+from bench.topology import (
+    Topology,
+    parse_choices,
+    parse_hosts,
+    parse_list,
+    parse_positive_ints,
+)
 
 LAUNCHERS = ("native", "compose", "ssh")
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
@@ -50,17 +56,9 @@ class Cell:
                 f"{self.backend}")
 
 
-def _choices(text: str, allowed: tuple[str, ...], setting: str) -> list[str]:
-    items = [item for item in text.replace(",", " ").split() if item]
-    bad = [item for item in items if item not in allowed]
-    if not items or bad:
-        raise ConfigError(setting, ",".join(bad) or "''", f"choose from {', '.join(allowed)}")
-    return items
-
-
 @dataclasses.dataclass(kw_only=True, slots=True)
 class MatrixConfig:
-    cells: list[Cell]
+    cells: dict[Cell, TrainConfig]   # each cell with its validated trainer configuration
     repeats: int
     launcher: str
     hosts: list[str]
@@ -117,9 +115,9 @@ class MatrixConfig:
                                   f"{dimension} before --")
         batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
         topologies = parse_list(a.topologies)
-        models = _choices(a.models, tuple(MODELS), "--models")
-        precisions = _choices(a.precisions, PRECISIONS, "--precisions")
-        backends = _choices(a.backends, BACKENDS, "--backends")
+        models = parse_choices(a.models, tuple(MODELS), "--models")
+        precisions = parse_choices(a.precisions, PRECISIONS, "--precisions")
+        backends = parse_choices(a.backends, BACKENDS, "--backends")
         if a.repeats < 1:
             raise ConfigError("--repeats", a.repeats, "must be a positive integer")
         hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
@@ -139,9 +137,10 @@ class MatrixConfig:
                               "file, e.g. compose/.env")
         cells = [Cell(b, t, m, pr, be) for m, pr, be, b, t in
                  itertools.product(models, precisions, backends, batch_sizes, topologies)]
-        for cell in cells:  # every cell's trainer flags are valid before anything starts
-            TrainConfig.from_args(cell.trainer_args(trainer_args), "bench train")
-        return cls(cells=cells, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
+        # Every cell's trainer flags are validated before anything starts.
+        configs = {cell: TrainConfig.from_args(cell.trainer_args(trainer_args), "bench train")
+                   for cell in cells}
+        return cls(cells=configs, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
                    results=a.results, resume=a.resume, deadline_s=a.deadline,
                    rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
                    env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
@@ -220,9 +219,8 @@ def run(cfg: MatrixConfig, launch) -> int:
     matrix_id = record.new_run_id()
     done = finished_repeats(cfg.results) if cfg.resume else {}
     jobs = []
-    for index, cell in enumerate(cfg.cells, 1):
+    for index, (cell, train_cfg) in enumerate(cfg.cells.items(), 1):
         args = cell.trainer_args(cfg.trainer_args)
-        train_cfg = TrainConfig.from_args(args, "bench train")
         key = cell_key(train_cfg.hash(), cell.topology.nodes, cell.topology.procs)
         for repeat in range(1, cfg.repeats + 1):
             if repeat <= done.get(key, 0):

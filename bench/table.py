@@ -24,7 +24,7 @@ from tabulate import tabulate
 from bench import record
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.topology import Topology
+from bench.topology import Topology, parse_choices
 
 
 def _cfg(section: str, key: str) -> Callable[[dict], object]:
@@ -72,13 +72,8 @@ def parse_where(items: list[str]) -> list[tuple[str, str]]:
     return conditions
 
 
-def parse_group_by(text: str) -> tuple[str, ...]:
-    fields = tuple(f for f in text.replace(",", " ").split() if f)
-    bad = [f for f in fields if f not in FIELDS]
-    if not fields or bad:
-        raise ConfigError("--group-by", ",".join(bad) or "''",
-                          f"choose fields from {', '.join(FIELDS)}")
-    return fields
+def parse_group_by(text: str, setting: str = "--group-by") -> tuple[str, ...]:
+    return tuple(parse_choices(text, tuple(FIELDS), setting))
 
 
 def select(records: list[dict], where: list[tuple[str, str]]) -> list[dict]:

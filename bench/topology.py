@@ -44,11 +44,17 @@ class Topology:
         return cls(nodes, procs)
 
 
-def parse_list(text: str, setting: str = "--topologies") -> list[Topology]:
-    """``"1x1,1x2 2x1"`` -> topologies; commas or spaces separate; duplicates are refused."""
+def _items(text: str, setting: str, example: str) -> list[str]:
+    """The items of a list setting: commas or spaces separate; at least one."""
     items = [item for item in re.split(r"[,\s]+", text.strip()) if item]
     if not items:
-        raise ConfigError(setting, "''", "give at least one topology, e.g. 1x1,1x2,2x1")
+        raise ConfigError(setting, "''", f"give at least one, e.g. {example}")
+    return items
+
+
+def parse_list(text: str, setting: str = "--topologies") -> list[Topology]:
+    """``"1x1,1x2 2x1"`` -> topologies; duplicates are refused."""
+    items = _items(text, setting, "1x1,1x2,2x1")
     topologies = [Topology.parse(item, setting) for item in items]
     if len(set(topologies)) != len(topologies):
         raise ConfigError(setting, text, "lists a topology twice")
@@ -57,17 +63,23 @@ def parse_list(text: str, setting: str = "--topologies") -> list[Topology]:
 
 def parse_positive_ints(text: str, setting: str) -> list[int]:
     """``"64,128 256"`` -> [64, 128, 256], for batch sizes and the like."""
-    items = [item for item in re.split(r"[,\s]+", text.strip()) if item]
-    if not items:
-        raise ConfigError(setting, "''", "give at least one positive integer, e.g. 64,128")
     values = []
-    for item in items:
+    for item in _items(text, setting, "64,128"):
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(setting, item, "must be a positive integer, e.g. 64,128")
         values.append(int(item))
     if len(set(values)) != len(values):
         raise ConfigError(setting, text, "lists a value twice")
     return values
+
+
+def parse_choices(text: str, allowed: tuple[str, ...], setting: str) -> list[str]:
+    """``"fp32,bf16"`` -> names, each one of ``allowed``."""
+    items = _items(text, setting, ",".join(allowed[:2]))
+    bad = [item for item in items if item not in allowed]
+    if bad:
+        raise ConfigError(setting, ",".join(bad), f"choose from {', '.join(allowed)}")
+    return items
 
 
 def parse_hosts(text: str, setting: str = "HOSTS") -> list[str]:
