@@ -7,6 +7,7 @@ import sys
 VERBS = {
     "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
     "matrix": ("bench.matrix", "run the batch-size x topology matrix, each repeat a fresh job"),
+    "allreduce": ("bench.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun-able)"),
     "doctor": ("bench.doctor", "preflight checks of the hosts of a multi-node job"),
     "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
     "table": ("bench.table", "result tables in the layout of a lab's scaling table"),

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    rows = compare(list(record.read(args.a)), list(record.read(args.b)), match, args.threshold)
+    rows = compare(record.training(record.read(args.a)), record.training(record.read(args.b)),
+                   match, args.threshold)
     if not rows:
         print(f"{prog}: no cell is in both files (matched on {', '.join(match)})",
               file=sys.stderr)

@@ -48,7 +48,7 @@ def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
 
     out_dir = out_dir or results.parent
     made = []
-    for workload, cells in _cells(list(record.read(results))).items():
+    for workload, cells in _cells(record.training(record.read(results))).items():
         _, name, higher_better = metric_of(workload[2])
         title = " · ".join(str(v) for v in workload)
         batches = sorted({b for b, _ in cells})

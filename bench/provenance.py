@@ -72,6 +72,18 @@ def _cuda_versions() -> dict:
     }
 
 
+def link() -> dict | None:
+    """The link between the nodes, when the launcher knows it (the emulated-link harness
+    shapes it, so it sets BENCH_LINK_RATE in tc's spelling, e.g. 1gbit)."""
+    rate = os.environ.get("BENCH_LINK_RATE")
+    if not rate:
+        return None
+    from bench.units import parse_rate
+
+    return {"rate": rate, "rate_bps": parse_rate(rate, "BENCH_LINK_RATE"),
+            "kind": os.environ.get("BENCH_LINK_KIND", "stated")}
+
+
 def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
     """The environment block of the record.
 
@@ -103,6 +115,7 @@ def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "link": link(),
         "comm_env": {k: v for k, v in sorted(os.environ.items())
                      if k.startswith(COMM_ENV_PREFIXES)},
     }

@@ -17,6 +17,8 @@ SCHEMA_VERSION = 1
 # A launcher captures the record from stdout: the line after this marker is the JSON.
 MARKER = "==> bench-record <=="
 SCHEMA_PATH = Path(__file__).with_name("record.schema.json")
+ALLREDUCE_SCHEMA_PATH = Path(__file__).with_name("allreduce.schema.json")
+TRAINING_MODES = ("steps", "epochs")
 STATUSES = ("ok", "oom", "error", "timeout")
 
 
@@ -77,5 +79,21 @@ def read(path: Path) -> Iterator[dict]:
                       file=sys.stderr)
 
 
-def schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+def is_training(record: dict) -> bool:
+    """Training records (steps or epochs), as opposed to all-reduce sweeps."""
+    return record.get("mode") in TRAINING_MODES
+
+
+def training(records) -> list[dict]:
+    return [r for r in records if is_training(r)]
+
+
+def schema(mode: str = "steps") -> dict:
+    """The JSON schema of a record of ``mode``. The all-reduce schema shares the training
+    record's env block, so the provenance fields are defined once."""
+    training_schema = json.loads(SCHEMA_PATH.read_text())
+    if mode in TRAINING_MODES:
+        return training_schema
+    sweep = json.loads(ALLREDUCE_SCHEMA_PATH.read_text())
+    sweep["properties"]["env"] = training_schema["properties"]["env"]
+    return sweep

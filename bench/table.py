@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    records = select([r for path in args.files for r in record.read(path)], where)
+    records = select(record.training(r for path in args.files for r in record.read(path)), where)
     if not records:
         print(f"{prog}: no records match", file=sys.stderr)
         return 1

@@ -50,13 +50,14 @@ class Launch:
 
 
 def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 300,
-           env: dict | None = None, torchrun: bool = True) -> Launch:
-    """Run the trainer as a user would: torchrun -m bench.train ... (or plain python -m)."""
+           env: dict | None = None, torchrun: bool = True,
+           module: str = "bench.train") -> Launch:
+    """Run the trainer (or another ``module``) as a user would: torchrun -m bench.train ..."""
     base = [sys.executable, "-m"]
     if torchrun:
         base += ["torch.distributed.run", "--nproc_per_node", str(nproc),
                  "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m"]
-    cmd = base + ["bench.train", "--results", str(results), *args]
+    cmd = base + [module, "--results", str(results), *args]
     # GLOO_SOCKET_IFNAME=lo: test traffic stays on loopback whatever the hostname resolves to.
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                 "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
@@ -77,7 +78,8 @@ def run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def validate(rec: dict) -> None:
     import jsonschema
 
-    jsonschema.validate(rec, record.schema(), format_checker=jsonschema.FormatChecker())
+    jsonschema.validate(rec, record.schema(rec.get("mode", "steps")),
+                        format_checker=jsonschema.FormatChecker())
 
 
 def dump(result: Launch) -> str:

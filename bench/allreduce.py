@@ -1,0 +1,316 @@
+"""``torchrun -m bench.allreduce`` / ``python -m bench allreduce``: all-reduce bandwidth.
+
+Sweeps the message size, doubling from ``--min-size`` to ``--max-size``, and reports for
+each size the time of one all-reduce, algbw and busbw, with nccl-tests' definitions:
+
+    algbw = size / time
+    busbw = algbw * 2(n-1)/n        (n ranks; the ring all-reduce's traffic per rank)
+
+busbw is what one link carries, so it is comparable across world sizes and against the
+link's rate. Each timed size is followed by a check run, as nccl-tests' ``-c``: every rank
+fills a known pattern, and every element of the reduced result must equal the sum computed
+locally. A wrong value fails the command (exit 1) and the record says where.
+
+NCCL on GPUs, gloo on CPU; the launchers and topologies are the trainer's (``bench matrix
+--workload allreduce``). On several nodes NCCL may pick a tree algorithm whose busbw is not
+the ring's traffic: set ``NCCL_ALGO=Ring`` to measure the network (see results/README.md).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from bench import distributed, provenance, record
+from bench.config import BACKENDS, DEVICES, DistributedConfig, OneLineErrorParser
+from bench.options import ConfigError, add_flags, from_namespace, option, require
+from bench.units import format_size, parse_size
+
+PROG = "bench allreduce"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+# The check pattern cycles through 0..PATTERN_PERIOD-1: small integers, whose sums over
+# up to 32 ranks stay exact even in bfloat16 (8 significant bits).
+PATTERN_PERIOD = 8
+MAX_CHECKED_RANKS = 32
+DEFAULT_MAX_SIZE = {"cuda": "512MiB", "cpu": "64MiB"}
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class AllreduceConfig:
+    """The sweep: sizes, iterations, data type, and where the processes talk."""
+
+    min_size: str = option("1KiB", "smallest message (bytes per rank), e.g. 1KiB")
+    max_size: str = option("auto", "largest message; sizes double from --min-size up to it "
+                           "(auto: 512MiB on cuda, 64MiB on cpu)")
+    iters: int = option(20, "timed all-reduces per size")
+    warmup_iters: int = option(5, "untimed all-reduces per size before the timed ones")
+    dtype: str = option("float32", "element type", choices=tuple(DTYPES))
+    check: bool = option(True, "check every size's result against the expected sum")
+    device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
+    backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
+    timeout: float = option(300.0, "seconds a collective may wait for a peer")
+    results: Path = option(Path("results/runs.jsonl"), "JSON-lines file the record is "
+                           "appended to")
+    # Resolved from the strings above by __post_init__.
+    sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.iters >= 1, "iters", self.iters, "must be a positive integer")
+        require(self.warmup_iters >= 0, "warmup_iters", self.warmup_iters, "must be 0 or more")
+        require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
+        require(not self.results.is_dir(), "results", self.results,
+                "is a directory: give a file path such as results/runs.jsonl")
+        has_cuda = torch.cuda.is_available()
+        if self.device == "auto":
+            self.device = "cuda" if has_cuda else "cpu"
+        require(self.device != "cuda" or has_cuda, "device", "cuda",
+                "no CUDA device is visible to torch; use --device cpu")
+        if self.backend == "auto":
+            self.backend = "nccl" if self.device == "cuda" else "gloo"
+        require(not (self.backend == "nccl" and self.device == "cpu"), "backend", "nccl",
+                "nccl needs CUDA devices; use --backend gloo on cpu")
+        if self.max_size == "auto":
+            self.max_size = DEFAULT_MAX_SIZE[self.device]
+        element = DTYPES[self.dtype].itemsize
+        low = parse_size(self.min_size, "--min-size")
+        high = parse_size(self.max_size, "--max-size")
+        require(low >= element, "min_size", self.min_size, f"must hold one {self.dtype} "
+                f"element ({element} bytes)")
+        require(high >= low, "max_size", self.max_size, f"must be at least --min-size "
+                f"({self.min_size})")
+        self.sizes = message_sizes(low, high)
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None, prog: str = PROG) -> AllreduceConfig:
+        parser = OneLineErrorParser(prog=prog, description=__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_flags(parser, cls, "all-reduce sweep")
+        return from_namespace(cls, parser.parse_args(argv))
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    def hash(self) -> str:
+        resolved = self.to_dict()
+        resolved.pop("results")
+        return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def message_sizes(low: int, high: int) -> tuple[int, ...]:
+    """Doubling from ``low`` while not above ``high``."""
+    sizes = [low]
+    while sizes[-1] * 2 <= high:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def bus_factor(world_size: int) -> float:
+    """nccl-tests' all-reduce factor: each rank sends and receives 2(n-1)/n of the data."""
+    return 2 * (world_size - 1) / world_size
+
+
+def bandwidths(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes per second), as nccl-tests prints them."""
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * bus_factor(world_size)
+
+
+class WrongResult(RuntimeError):
+    """An all-reduce returned a value other than the sum of the ranks' inputs."""
+
+
+def pattern(count: int, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Rank ``rank``'s check input: small integers, different on every rank and element."""
+    values = (torch.arange(count, device=device) + 3 * rank) % PATTERN_PERIOD
+    return values.to(dtype)
+
+
+def expected_sum(count: int, world_size: int, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """The sum over all ranks of ``pattern``, computed locally in int64 (exact)."""
+    index = torch.arange(count, device=device)
+    total = torch.zeros(count, dtype=torch.int64, device=device)
+    for rank in range(world_size):
+        total += (index + 3 * rank) % PATTERN_PERIOD
+    return total.to(dtype)
+
+
+def find_wrong(result: torch.Tensor, expected: torch.Tensor) -> tuple[int, str | None]:
+    """(how many elements differ, the first one described) for one rank's result."""
+    wrong = (result != expected).nonzero()
+    if not wrong.numel():
+        return 0, None
+    index = int(wrong[0])
+    return wrong.numel(), (f"first at index {index}: got {result[index].item()}, expected "
+                           f"{expected[index].item()}")
+
+
+def check_all_ranks(ctx: distributed.DistContext, result: torch.Tensor,
+                    expected: torch.Tensor, size: int) -> int:
+    """Every rank checks its own result, then all learn the verdict, so a wrong value on
+    any rank fails every rank together instead of leaving the others waiting. Raises
+    WrongResult naming the ranks and the first wrong element; returns 0 when all agree."""
+    count, detail = find_wrong(result, expected)
+    verdicts = distributed.all_gather_objects(ctx, (ctx.rank, count, detail))
+    bad = [(rank, n, where) for rank, n, where in verdicts if n]
+    if bad:
+        rank, n, where = bad[0]
+        raise WrongResult(
+            f"all-reduce of {format_size(size)}: {sum(b[1] for b in bad)} wrong element(s) "
+            f"on rank(s) {', '.join(str(b[0]) for b in bad)}; rank {rank}: {n} of "
+            f"{result.numel()} wrong, {where}")
+    return 0
+
+
+Collective = Callable[[torch.Tensor], object]
+
+
+def _default_collective(tensor: torch.Tensor) -> object:
+    return dist.all_reduce(tensor)
+
+
+def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
+          collective: Collective = _default_collective) -> list[dict]:
+    """Time and check every size; one row per size. A collective: every rank calls it.
+
+    ``collective`` is the all-reduce under test (the tests pass one that corrupts).
+    """
+    dtype = DTYPES[cfg.dtype]
+    clock = _clock(ctx.device)
+    rows = []
+    for size in cfg.sizes:
+        count = size // dtype.itemsize
+        buffer = pattern(count, ctx.rank, dtype, ctx.device)
+        for _ in range(cfg.warmup_iters):
+            collective(buffer)
+        _barrier(ctx)
+        start = clock()
+        for _ in range(cfg.iters):
+            collective(buffer)
+        elapsed = (clock() - start) / cfg.iters
+        # The slowest rank sets the time, as a job waits for it.
+        seconds = distributed.max_across_ranks(ctx, elapsed)
+        algbw, busbw = bandwidths(count * dtype.itemsize, seconds, ctx.world_size)
+        row = {"size_bytes": count * dtype.itemsize, "count": count, "time_s": seconds,
+               "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
+        if cfg.check:
+            # A fresh pattern: the timed buffer has been summed into itself many times.
+            checked = pattern(count, ctx.rank, dtype, ctx.device)
+            collective(checked)
+            row["wrong"] = check_all_ranks(
+                ctx, checked, expected_sum(count, ctx.world_size, dtype, ctx.device), size)
+        rows.append(row)
+        if ctx.is_leader:
+            print(_row_text(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def _clock(device: torch.device) -> Callable[[], float]:
+    if device.type == "cuda":
+        def clock() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+        return clock
+    return time.perf_counter
+
+
+def _barrier(ctx: distributed.DistContext) -> None:
+    if ctx.is_distributed:
+        dist.barrier()
+
+
+HEADER = f"{'size':>10} {'count':>12} {'time (us)':>12} {'algbw GB/s':>11} " \
+         f"{'busbw GB/s':>11} {'busbw Gbit/s':>13} {'#wrong':>7}"
+
+
+def _row_text(row: dict) -> str:
+    wrong = "n/a" if row["wrong"] is None else str(row["wrong"])
+    return (f"{format_size(row['size_bytes']):>10} {row['count']:>12} "
+            f"{row['time_s'] * 1e6:>12.1f} {row['algbw_GBps']:>11.3f} "
+            f"{row['busbw_GBps']:>11.3f} {row['busbw_GBps'] * 8:>13.3f} {wrong:>7}")
+
+
+def skeleton(cfg: AllreduceConfig) -> dict:
+    return {"schema_version": record.SCHEMA_VERSION, "run_id": record.new_run_id(),
+            "utc_time": record.utc_now(), "mode": "allreduce", "status": "error",
+            "error": None, "config": cfg.to_dict(), "config_hash": cfg.hash(),
+            "world_size": None, "nnodes": None, "nproc_per_node": None,
+            "backend": cfg.backend, "dtype": cfg.dtype, "sizes": []}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """The figures a table needs without the whole curve."""
+    largest = rows[-1] if rows else None
+    return {"busbw_peak_GBps": max((r["busbw_GBps"] for r in rows), default=None),
+            "busbw_largest_GBps": largest["busbw_GBps"] if largest else None,
+            "largest_size_bytes": largest["size_bytes"] if largest else None}
+
+
+def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> int:
+    """Sweep, record, and return the exit code (0 ok, 1 failed or wrong)."""
+    rec, ctx = skeleton(cfg), None
+    try:
+        ctx = distributed.init(DistributedConfig(device=cfg.device, backend=cfg.backend,
+                                                 timeout=cfg.timeout))
+        rec["env"] = provenance.collect(ctx)
+        rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
+                   nproc_per_node=ctx.local_world_size)
+        if ctx.is_leader:
+            print(f"[bench] all-reduce over {ctx.world_size} rank(s), {cfg.backend}, "
+                  f"{cfg.dtype}, {format_size(cfg.sizes[0])} to {format_size(cfg.sizes[-1])}"
+                  + ("" if ctx.is_distributed else "; one rank: nothing crosses a link, "
+                     "busbw is 0 by definition"), file=sys.stderr)
+            print(HEADER, file=sys.stderr, flush=True)
+        rec["sizes"] = sweep(cfg, ctx, collective)
+        rec.update(summarize(rec["sizes"]))
+        rec["status"] = "ok"
+    except WrongResult as wrong:
+        rec["status"], rec["error"] = "wrong_result", str(wrong)
+    except Exception as failure:  # noqa: BLE001 - every failure becomes a record
+        from bench.train import classify, one_line
+
+        rec["status"], rec["error"] = classify(failure), one_line(failure)
+    if "env" not in rec:
+        rec["env"] = provenance.collect(ctx, gather=False)
+    return _finish(cfg, ctx, rec)
+
+
+def _finish(cfg: AllreduceConfig, ctx: distributed.DistContext | None, rec: dict) -> int:
+    # Only rank 0 writes; a wrong result on another rank is that rank's exit code and its
+    # message, and rank 0 fails its next collective or records its own view.
+    if ctx is None or ctx.is_leader:
+        record.append(cfg.results, rec)
+        record.emit(rec)
+    try:
+        distributed.shutdown(synchronized=rec["status"] == "ok")
+    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
+        pass
+    if rec["status"] == "ok":
+        if ctx is None or ctx.is_leader:
+            print(f"[bench] ok: busbw up to {rec['busbw_peak_GBps']:.3f} GB/s; record "
+                  f"appended to {cfg.results}", file=sys.stderr)
+        return 0
+    print(f"{PROG}: FAILED ({rec['status']}): {rec['error']}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    try:
+        cfg = AllreduceConfig.from_args(argv, prog)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

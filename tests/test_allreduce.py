@@ -1,0 +1,111 @@
+"""The all-reduce benchmark: size sweep, nccl-tests arithmetic, and the correctness check."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bench import allreduce
+from bench.allreduce import AllreduceConfig, bandwidths, bus_factor, message_sizes
+from bench.options import ConfigError
+from tests.conftest import REPO, free_port, launch, validate
+
+
+def test_sizes_double_from_min_to_max():
+    sizes = message_sizes(1024, 512 * 2**20)
+    assert len(sizes) == 20 and sizes[0] == 1024 and sizes[-1] == 512 * 2**20
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:], strict=False))
+    assert message_sizes(1000, 7000) == (1000, 2000, 4000)   # never above the maximum
+
+
+def test_default_maximum_is_512MiB_on_gpu_and_smaller_on_cpu():
+    cfg = AllreduceConfig(device="cpu")
+    assert cfg.sizes[0] == 1024 and cfg.sizes[-1] == 64 * 2**20
+    assert allreduce.DEFAULT_MAX_SIZE["cuda"] == "512MiB"
+
+
+def test_busbw_against_hand_computed_values():
+    # nccl-tests: busbw = algbw * 2(n-1)/n
+    assert bus_factor(2) == 1.0
+    assert bus_factor(4) == 1.5
+    assert bus_factor(8) == 1.75
+    algbw, busbw = bandwidths(1_000_000_000, 2.0, 4)   # 1 GB in 2 s over 4 ranks
+    assert (algbw, busbw) == (0.5, 0.75)
+    algbw, busbw = bandwidths(64 * 2**20, 0.5, 3)      # 67108864 B / 0.5 s = 0.134217728 GB/s
+    assert algbw == pytest.approx(0.134217728)
+    assert busbw == pytest.approx(0.134217728 * 4 / 3)
+
+
+def test_expected_sum_by_hand():
+    # rank r holds (i + 3r) % 8: element 0 is 0, 3, 6 on three ranks; element 5 is 5, 0, 3.
+    total = allreduce.expected_sum(8, 3, torch.float32, torch.device("cpu"))
+    assert total[0] == 9 and total[5] == 8
+    ranks = [allreduce.pattern(8, r, torch.float32, torch.device("cpu")) for r in range(3)]
+    assert torch.equal(sum(ranks), total)
+
+
+@pytest.mark.parametrize("dtype", list(allreduce.DTYPES))
+def test_a_corrupted_element_is_found(dtype):
+    expected = allreduce.expected_sum(4096, 32, allreduce.DTYPES[dtype], torch.device("cpu"))
+    assert allreduce.find_wrong(expected.clone(), expected) == (0, None)
+    corrupted = expected.clone()
+    corrupted[1234] += 1
+    count, where = allreduce.find_wrong(corrupted, expected)
+    assert count == 1 and "index 1234" in where
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--min-size", "4KiB", "--max-size", "1KiB"], "--max-size"),
+    (["--max-size", "12 parsecs"], "--max-size"),
+    (["--iters", "0"], "--iters"),
+    (["--min-size", "1", "--dtype", "float32"], "--min-size"),
+])
+def test_bad_settings_are_one_line_and_exit_2(argv, flag, tmp_path):
+    with pytest.raises(ConfigError, match=flag):
+        AllreduceConfig.from_args([*argv, "--device", "cpu"])
+    proc = subprocess.run([sys.executable, "-m", "bench", "allreduce", *argv,
+                           "--results", str(tmp_path / "r.jsonl")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert flag in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_two_rank_sweep_records_checked_sizes(tmp_path):
+    results = tmp_path / "comm.jsonl"
+    run = launch(["--max-size", "1MiB", "--iters", "3", "--warmup-iters", "1"], results,
+                 nproc=2, module="bench.allreduce")
+    assert run.returncode == 0, run.stderr
+    (rec,) = run.records
+    validate(rec)
+    assert rec["mode"] == "allreduce" and rec["status"] == "ok" and rec["world_size"] == 2
+    assert [row["size_bytes"] for row in rec["sizes"]] == list(message_sizes(1024, 2**20))
+    for row in rec["sizes"]:
+        assert row["wrong"] == 0
+        assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / row["time_s"] / 1e9)
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])   # n = 2: factor 1
+    assert "busbw GB/s" in run.stderr
+
+
+def test_a_corrupted_result_fails_the_command(tmp_path):
+    results = tmp_path / "comm.jsonl"
+    script = REPO / "tests" / "helpers" / "corrupting_allreduce.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
+         "--max-size", "4KiB", "--iters", "2", "--warmup-iters", "0",
+         "--results", str(results)], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode != 0
+    from bench import record
+
+    (rec,) = list(record.read(results))
+    validate(rec)
+    assert rec["status"] == "wrong_result"
+    assert "rank(s) 1" in rec["error"] and "index 5" in rec["error"], rec["error"]
+    assert "expected" in rec["error"]
