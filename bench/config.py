@@ -23,6 +23,7 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
 BACKENDS = ("auto", "nccl", "gloo")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
 # Files each on-disk format must have, checked before anything starts.
 FASHION_MNIST_FILES = (
@@ -133,6 +134,9 @@ class ScheduleConfig:
     lr: float = option(0.01, "SGD learning rate (momentum 0.9)")
     seed: int = option(0, "random seed; rank r uses seed + r for its data")
     log_every: int = option(10, "print progress every N steps on rank 0 (0: never)")
+    comm_probe_steps: int = option(10, "after training, time this many steps without "
+                                   "gradient sync (no_sync): the difference to the synced "
+                                   "steps is the exposed communication time (0: skip)")
 
     def __post_init__(self) -> None:
         require((self.steps is None) != (self.epochs is None), "steps",
@@ -148,6 +152,8 @@ class ScheduleConfig:
                 self.target_accuracy, "only applies with --epochs")
         require(self.lr > 0, "lr", self.lr, "must be positive")
         require(self.log_every >= 0, "log_every", self.log_every, "must be 0 or more")
+        require(self.comm_probe_steps >= 0, "comm_probe_steps", self.comm_probe_steps,
+                "must be 0 or more")
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -177,8 +183,13 @@ class DistributedConfig:
     static_graph: bool = option(False, "tell DDP the graph is static")
     grad_accum: int = option(1, "micro-batches per optimizer step; gradients sync on the last "
                              "(no_sync on the others)")
-    # The gradient communication hook; the hooks themselves come with the comm benchmark.
-    comm_hook: str = "none"
+    comm_hook: str = option("none", "gradient communication hook: none (plain all-reduce), "
+                            "fp16 or bf16 (compress to 16 bits), powersgd (low-rank)",
+                            choices=COMM_HOOKS)
+    powersgd_rank: int = option(1, "PowerSGD's matrix approximation rank (higher: more bytes, "
+                                "closer to the true gradient)")
+    powersgd_warmup: int = option(10, "PowerSGD: steps of plain all-reduce before compression "
+                                  "starts (torch's start_powerSGD_iter)")
 
     def __post_init__(self) -> None:
         require(self.device in DEVICES, "device", self.device, f"one of {', '.join(DEVICES)}")
@@ -186,6 +197,13 @@ class DistributedConfig:
         require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
         require(self.bucket_cap_mb > 0, "bucket_cap_mb", self.bucket_cap_mb, "must be positive")
         require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "must be a positive integer")
+        require(self.comm_hook in COMM_HOOKS, "comm_hook", self.comm_hook,
+                f"one of {', '.join(COMM_HOOKS)}")
+        require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank,
+                "must be a positive integer")
+        # torch's PowerSGD needs at least 2 plain steps to set up its error feedback.
+        require(self.powersgd_warmup >= 2, "powersgd_warmup", self.powersgd_warmup,
+                "must be at least 2")
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -230,6 +248,13 @@ class TrainConfig:
             require(self.data.data != "synthetic", "epochs", self.schedule.epochs,
                     "time to train needs a real dataset (--data fashion-mnist, cifar10 or "
                     "imagefolder); use --steps with synthetic data")
+        hook = self.distributed
+        if hook.comm_hook == "powersgd" and self.schedule.steps is not None:
+            # Otherwise the timed steps would mix plain and compressed all-reduces.
+            require(self.schedule.warmup_steps >= hook.powersgd_warmup, "warmup_steps",
+                    self.schedule.warmup_steps, f"must cover --powersgd-warmup "
+                    f"({hook.powersgd_warmup}) so every timed step is compressed: raise "
+                    "--warmup-steps or lower --powersgd-warmup")
         self._resolve_device()
 
     def _resolve_device(self) -> None:

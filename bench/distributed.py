@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -56,12 +58,16 @@ def init(cfg: DistributedConfig) -> DistContext:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
+    # The explicit timeout makes a dead or missing peer an error naming what timed out,
+    # instead of a hang for the library default.
+    options = {"backend": cfg.backend, "timeout": datetime.timedelta(seconds=cfg.timeout),
+               **({"device_id": device} if device.type == "cuda" else {})}
     if world_size > 1:
-        # The explicit timeout makes a dead or missing peer an error naming what timed out,
-        # instead of a hang for the library default.
-        dist.init_process_group(
-            backend=cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout),
-            **({"device_id": device} if device.type == "cuda" else {}))
+        dist.init_process_group(**options)
+    else:
+        # One process still gets a (one-rank, in-memory) group: DDP and its comm hooks need
+        # one, and the record then counts the gradient bytes a larger job would send.
+        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **options)
     return DistContext(rank=rank, local_rank=local_rank, world_size=world_size,
                        local_world_size=local_world_size, node_rank=node_rank,
                        device=device, backend=cfg.backend)
@@ -78,40 +84,138 @@ def shutdown(*, synchronized: bool) -> None:
 
 
 class GradientTraffic:
-    """Counts the gradient bytes DDP hands to all-reduce, bucket by bucket.
+    """The gradient bytes each step sends, and when each bucket was handed to the hook.
 
-    Counted from the buckets DDP actually sends (after any compression a comm hook would
-    apply), not from the parameter count.
+    Bytes are counted where the stock DDP comm hooks call all_reduce (see
+    ``_CountingCollectives``), so they are what was actually sent: halved by the fp16 and
+    bf16 hooks, PowerSGD's P and Q factors plus its uncompressed tensors. The bucket
+    timeline (each bucket's ready time from the step's start and its size) is what the
+    predictor needs to know how much communication a step can hide behind backward.
     """
 
     def __init__(self) -> None:
         self.bytes = 0
         self.calls = 0
+        self.steps: list[dict] = []
+        self._step: dict | None = None
+        self._origin = 0.0
 
     def reset(self) -> None:
         self.bytes = self.calls = 0
+        self.steps.clear()
+
+    def sent(self, tensor: torch.Tensor) -> None:
+        size = tensor.numel() * tensor.element_size()
+        self.bytes += size
+        self.calls += 1
+        if self._step is not None:
+            self._step["sent"] += size
+
+    def begin_step(self, now: float) -> None:
+        self._origin = now
+        self._step = {"ready": [], "sent": 0, "duration": None}
+
+    def bucket_ready(self, buffer_bytes: int) -> None:
+        if self._step is not None:
+            self._step["ready"].append((time.perf_counter() - self._origin, buffer_bytes))
+
+    def end_step(self, now: float) -> None:
+        if self._step is not None:
+            self._step["duration"] = now - self._origin
+            self.steps.append(self._step)
+            self._step = None
+
+    def timeline(self) -> dict | None:
+        """The median step's bucket timeline, over steps with the usual bucket count."""
+        synced = [s for s in self.steps if s["ready"]]
+        if not synced:
+            return None
+        counts = [len(s["ready"]) for s in synced]
+        usual = max(set(counts), key=counts.count)
+        steps = [s for s in synced if len(s["ready"]) == usual]
+        buffer_bytes = [steps[0]["ready"][i][1] for i in range(usual)]
+        sent = statistics.median(s["sent"] for s in steps)
+        total = sum(buffer_bytes)
+        return {"ready_s": [statistics.median(s["ready"][i][0] for s in steps)
+                            for i in range(usual)],
+                "buffer_bytes": buffer_bytes,
+                # Each bucket's share of what the step sent, in proportion to its size.
+                "sent_bytes": [sent * b / total for b in buffer_bytes],
+                "step_s": statistics.median(s["duration"] for s in steps),
+                "steps": len(steps)}
+
+
+class _CountingCollectives:
+    """Stands in for ``torch.distributed`` inside torch's stock comm-hook modules: its
+    all_reduce counts the bytes it is handed into the current ``GradientTraffic``, and
+    everything else passes through. The stock hooks (plain, fp16, bf16, PowerSGD) stay
+    torch's own; only what they send is observed, whichever thread sends it."""
+
+    def __init__(self) -> None:
+        self.traffic: GradientTraffic | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(tensor)
+        return dist.all_reduce(tensor, *args, **kwargs)
+
+
+_COUNTER = _CountingCollectives()
+
+
+def _install_counter(traffic: GradientTraffic) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    _COUNTER.traffic = traffic
+    default_hooks.dist = _COUNTER
+    powerSGD_hook.dist = _COUNTER
+
+
+def comm_hook(cfg: DistributedConfig):
+    """(state, hook) for ``cfg.comm_hook``: torch's stock hooks."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if cfg.comm_hook == "fp16":
+        return None, default_hooks.fp16_compress_hook
+    if cfg.comm_hook == "bf16":
+        return None, default_hooks.bf16_compress_hook
+    if cfg.comm_hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
+            start_powerSGD_iter=cfg.powersgd_warmup)
+        return state, powerSGD_hook.powerSGD_hook
+    return None, default_hooks.allreduce_hook
+
+
+class _ObservedHook:
+    """The configured hook, with each bucket's ready time noted first."""
+
+    def __init__(self, traffic: GradientTraffic, state, hook) -> None:
+        self.traffic, self.state, self.hook = traffic, state, hook
 
 
 # DDP checks the bucket annotation by identity, which a stringified annotation (from the
 # __future__ import) fails; so the parameter carries none.
-def _counting_allreduce(traffic: GradientTraffic, bucket):  # bucket: dist.GradBucket
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
+def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
     buffer = bucket.buffer()
-    traffic.bytes += buffer.numel() * buffer.element_size()
-    traffic.calls += 1
-    return default_hooks.allreduce_hook(None, bucket)
+    observed.traffic.bucket_ready(buffer.numel() * buffer.element_size())
+    return observed.hook(observed.state, bucket)
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
                traffic: GradientTraffic) -> nn.Module:
-    """DDP around the model when there are peers; the bare model for a single process."""
-    if not ctx.is_distributed:
-        return model
+    """DDP around the model, at every world size: one process has a one-rank group (see
+    ``init``), so its record carries the bytes and bucket timeline a multi-node job of the
+    same model would have, and every run goes through the same code."""
     ddp = DistributedDataParallel(
         model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None,
         bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)
-    ddp.register_comm_hook(traffic, _counting_allreduce)
+    _install_counter(traffic)
+    state, hook = comm_hook(cfg)
+    ddp.register_comm_hook(_ObservedHook(traffic, state, hook), _observed)
     return ddp
 
 

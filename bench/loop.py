@@ -66,9 +66,10 @@ class Trainer:
         # A bare model (one process) has no gradient sync to skip.
         self.can_skip_sync = hasattr(model, "no_sync")
 
-    def step(self, batches: Iterator[Batch]) -> tuple[torch.Tensor, float]:
+    def step(self, batches: Iterator[Batch], *, sync: bool = True) -> tuple[torch.Tensor, float]:
         """Returns the step's loss (a device tensor: no sync here) and seconds spent
-        blocked on the data loader and host-to-device copy."""
+        blocked on the data loader and host-to-device copy. ``sync=False`` skips the
+        gradient all-reduce on every micro-batch (the communication probe)."""
         waited, loss_sum = 0.0, None
         for micro in range(self.grad_accum):
             start = time.perf_counter()
@@ -76,11 +77,11 @@ class Trainer:
             images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
             labels = labels.to(self.device, non_blocking=True)
             waited += time.perf_counter() - start
-            last = micro == self.grad_accum - 1
+            last = micro == self.grad_accum - 1 and sync
             # Gradients all-reduce only on the last micro-batch of the step.
-            sync = self.model.no_sync() if self.can_skip_sync and not last \
+            skip = self.model.no_sync() if self.can_skip_sync and not last \
                 else contextlib.nullcontext()
-            with sync:
+            with skip:
                 with self.precision.autocast():
                     loss = self.criterion(self.model(images), labels) / self.grad_accum
                 self.precision.scaler.scale(loss).backward()
@@ -108,6 +109,16 @@ class LoopResult:
     # end: a launcher subtracts its own start and finish from them (launch overhead).
     first_step_done: float | None = None
     last_step_done: float | None = None
+    # Steps timed without gradient sync after training (the communication probe).
+    nosync_step_times: list[float] = dataclasses.field(default_factory=list)
+
+
+class StepObserver:
+    """Told when each timed step starts and ends (clock times); ``GradientTraffic`` is one."""
+
+    def begin_step(self, now: float) -> None: ...
+
+    def end_step(self, now: float) -> None: ...
 
 
 class Progress:
@@ -127,12 +138,16 @@ class Progress:
 
 
 def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
-                 result: LoopResult, progress: Progress, label: str) -> None:
+                 result: LoopResult, progress: Progress, label: str,
+                 observer: StepObserver | None = None) -> None:
     losses: list[torch.Tensor] = []
+    observer = observer or StepObserver()
     previous = clock()
     for done in range(1, count + 1):
+        observer.begin_step(previous)
         loss, waited = trainer.step(batches)
         now = clock()
+        observer.end_step(now)
         result.step_times.append(now - previous)
         result.data_waits.append(waited)
         losses.append(loss)
@@ -148,7 +163,8 @@ def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
 
 
 def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: ScheduleConfig,
-              clock, samples_per_step: int, on_timing_start: Callable[[], None]) -> LoopResult:
+              clock, samples_per_step: int, on_timing_start: Callable[[], None],
+              observer: StepObserver | None = None) -> LoopResult:
     """Warm-up, then ``cfg.steps`` timed steps."""
     result = LoopResult()
     batches = data.endless()
@@ -159,9 +175,34 @@ def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: Schedul
     result.first_step_done = warmup.first_step_done
     on_timing_start()
     progress = Progress(ctx, cfg.log_every, cfg.steps, samples_per_step)
-    _timed_steps(trainer, batches, cfg.steps, clock, result, progress, "step")
+    _timed_steps(trainer, batches, cfg.steps, clock, result, progress, "step", observer)
     result.timed_seconds = result.train_seconds
     return result
+
+
+def comm_probe(trainer: Trainer, data: DataBundle, ctx: DistContext, count: int,
+               clock) -> list[float]:
+    """Step times with the gradient all-reduce skipped (DDP's no_sync) on every rank.
+
+    Against the synced steps of the same job this gives the communication a step exposes
+    (what DDP could not overlap with backward). Run after training and evaluation: the
+    replicas drift apart without sync, which no longer matters then.
+    """
+    if not count or not trainer.can_skip_sync:
+        return []
+    if ctx.is_leader:
+        print(f"[bench] communication probe: {count} steps without gradient sync",
+              file=sys.stderr, flush=True)
+    batches = data.endless()
+    trainer.step(batches, sync=False)  # one untimed: the loader restarts here
+    times = []
+    previous = clock()
+    for _ in range(count):
+        trainer.step(batches, sync=False)
+        now = clock()
+        times.append(now - previous)
+        previous = now
+    return times
 
 
 @torch.no_grad()
@@ -186,7 +227,8 @@ def evaluate(model: nn.Module, data: DataBundle, ctx: DistContext, precision: Pr
 
 
 def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: DistContext,
-               cfg: ScheduleConfig, clock, samples_per_step: int) -> LoopResult:
+               cfg: ScheduleConfig, clock, samples_per_step: int,
+               observer: StepObserver | None = None) -> LoopResult:
     """``cfg.epochs`` epochs, each followed by a full evaluation; the wall time counts all."""
     assert data.train is not None and cfg.epochs is not None
     result = LoopResult()
@@ -197,7 +239,7 @@ def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: D
         epoch_start = clock()
         progress = Progress(ctx, cfg.log_every, steps_per_epoch, samples_per_step)
         _timed_steps(trainer, iter(data.train), steps_per_epoch, clock, result, progress,
-                     f"epoch {epoch + 1}/{cfg.epochs} step")
+                     f"epoch {epoch + 1}/{cfg.epochs} step", observer)
         train_end = clock()
         loss, accuracy = evaluate(eval_model, data, ctx, trainer.precision, trainer)
         end = clock()

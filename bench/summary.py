@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from bench.devices import device_key, peak_tflops
-from bench.distributed import DistContext, GradientTraffic, max_across_ranks
+from bench.distributed import DistContext, max_across_ranks
 from bench.loop import LoopResult
 
 FIRST_LOSSES_KEPT = 5
@@ -20,7 +20,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
-            traffic: GradientTraffic, flops_per_sample: int | None, device_name: str,
+            grad_bytes: int, allreduce_calls: int, flops_per_sample: int | None,
+            device_name: str,
             precision: str) -> dict:
     """The measured part of the record. A collective: every rank must call it."""
     steps = len(result.step_times)
@@ -52,11 +53,28 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
         "last_step_done": result.last_step_done,
         "first_losses": result.losses[:FIRST_LOSSES_KEPT],
         "final_loss": result.losses[-1] if result.losses else None,
-        "grad_bytes_per_step": traffic.bytes / steps if steps else None,
-        "allreduce_calls_per_step": traffic.calls / steps if steps else None,
+        "grad_bytes_per_step": grad_bytes / steps if steps else None,
+        "allreduce_calls_per_step": allreduce_calls / steps if steps else None,
         "flops_per_sample": flops_per_sample,
         "achieved_tflops_per_device": achieved,
         "device_peak_key": device_key(device_name) if ctx.device.type == "cuda" else "none",
         "device_peak_tflops": peak,
         "mfu": achieved / peak if achieved and peak else None,
     }
+
+
+def communication(result: LoopResult, ctx: DistContext, grad_bytes_per_step: float | None) -> dict:
+    """The communication a step exposes: the median synced step minus the median step
+    without gradient sync (the probe), both taken from the slowest rank. DDP overlaps the
+    rest of the all-reduce with backward. A collective: every rank must call it."""
+    synced = max_across_ranks(ctx, percentile(result.step_times, 50) or 0.0)
+    unsynced = max_across_ranks(ctx, percentile(result.nosync_step_times, 50) or 0.0)
+    if not result.nosync_step_times or not synced:
+        return {"comm_probe_steps": len(result.nosync_step_times), "step_time_nosync_s": None,
+                "comm_exposed_s": None, "comm_share": None, "comm_achieved_GBps": None}
+    exposed = synced - unsynced   # may come out slightly negative from noise: kept as is
+    achieved = (grad_bytes_per_step / exposed / 1e9
+                if grad_bytes_per_step and exposed > 0 else None)
+    return {"comm_probe_steps": len(result.nosync_step_times), "step_time_nosync_s": unsynced,
+            "comm_exposed_s": exposed, "comm_share": exposed / synced,
+            "comm_achieved_GBps": achieved}

@@ -14,7 +14,7 @@ import torch
 from bench import distributed, manifest, provenance, record, summary
 from bench.config import ConfigError, TrainConfig
 from bench.data import build_data
-from bench.loop import Precision, Trainer, make_clock, run_epochs, run_steps
+from bench.loop import Precision, Trainer, comm_probe, make_clock, run_epochs, run_steps
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
 
 PROG = "bench train"
@@ -78,15 +78,22 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
               file=sys.stderr, flush=True)
     if cfg.schedule.steps is not None:
         result = run_steps(trainer, data, ctx, cfg.schedule, clock, samples_per_step,
-                           on_timing_start=traffic.reset)
+                           on_timing_start=traffic.reset, observer=traffic)
     else:
         # Evaluate the bare module: eval shards differ in length across ranks, and DDP's
         # forward would wait for peers that have already finished.
-        result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step)
+        result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step,
+                            observer=traffic)
+    timed_bytes, timed_calls = traffic.bytes, traffic.calls
+    result.nosync_step_times = comm_probe(trainer, data, ctx, cfg.schedule.comm_probe_steps,
+                                          clock)
     device_name = rec["env"]["ranks"][0]["device"] or ""
-    rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step, traffic=traffic,
+    rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step,
+                               grad_bytes=timed_bytes, allreduce_calls=timed_calls,
                                flops_per_sample=fps, device_name=device_name,
                                precision=cfg.precision.precision))
+    rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))
+    rec["bucket_timeline"] = traffic.timeline()
     rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
 
 

@@ -1,0 +1,194 @@
+"""Emulated links: several "hosts" on one machine, each in its own network namespace.
+
+    switch namespace:  bridge br0
+                        |-- p0 <veth> eth0 in node 0 (169.254.100.1/24)
+                        |-- p1 <veth> eth0 in node 1 (169.254.100.2/24)
+                        ...
+
+Every link is shaped with tc tbf at the chosen rate on both of its ends (the node's egress
+and the switch port's egress toward the node), as a switch with ports of that rate would
+be. netem is not in this kernel, so there is rate but no added delay. Each node is pinned
+to its own CPUs, so one core stands for one host.
+
+All traffic stays inside namespaces this module creates and removes: on success, on a
+failure, on Ctrl-C or SIGTERM (``Lab`` is a context manager), and, for a harness killed
+outright, on the next start, which removes the namespaces of dead owners (``clean``).
+Needs root and iproute2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bench.units import format_rate
+
+PREFIX = "benchlab"
+SUBNET = "169.254.100"
+INTERFACE = "eth0"
+_OWNED = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
+
+
+class LabError(RuntimeError):
+    """The lab could not be built (no root, no iproute2, a tc error)."""
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+def _run(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise LabError(f"`{' '.join(argv)}` failed: {result.stderr.strip()}")
+
+
+def namespaces() -> list[str]:
+    """Every network namespace on the machine (names only)."""
+    result = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean(*, everything: bool = False) -> list[str]:
+    """Remove lab namespaces whose owner process is gone (all of ours with ``everything``)."""
+    removed = []
+    for name in namespaces():
+        owned = _OWNED.match(name)
+        if owned and (everything or not _pid_alive(int(owned.group(1)))):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+            removed.append(name)
+    return removed
+
+
+def tbf_burst(rate_bps: int) -> int:
+    """Bucket size in bytes: enough for a few ms at the rate (the qdisc's timer granularity)
+    and never below 256 KiB, so a 64 KiB GSO segment always fits."""
+    return max(256 * 1024, rate_bps // 8 // 250)
+
+
+def check_prerequisites() -> None:
+    missing = [tool for tool in ("ip", "tc", "taskset") if shutil.which(tool) is None]
+    if missing:
+        raise LabError(f"{', '.join(missing)} not found: install iproute2 and util-linux")
+    if os.geteuid() != 0:
+        raise LabError("network namespaces need root: run as root (CI does)")
+
+
+@dataclasses.dataclass(slots=True)
+class Node:
+    rank: int
+    namespace: str
+    address: str
+    cpus: list[int]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside this node's namespace, on its CPUs."""
+        return ["ip", "netns", "exec", self.namespace, "taskset", "-c",
+                ",".join(map(str, self.cpus)), *argv]
+
+
+class Lab:
+    """``with Lab(2, 1_000_000_000) as lab:`` -> lab.nodes[i].wrap(argv) runs on node i."""
+
+    def __init__(self, nodes: int, rate_bps: int, *, cpus_per_node: int | None = None):
+        if nodes < 1:
+            raise LabError(f"a lab needs at least one node, not {nodes}")
+        self.rate_bps = rate_bps
+        self.rate = f"{rate_bps}bit"
+        tag = f"{PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.switch = f"{tag}-sw"
+        total = os.cpu_count() or 1
+        per_node = cpus_per_node or max(1, total // nodes)
+        self.nodes = [Node(rank, f"{tag}-n{rank}", f"{SUBNET}.{rank + 1}",
+                           [(rank * per_node + i) % total for i in range(per_node)])
+                      for rank in range(nodes)]
+        self._created: list[str] = []
+
+    @property
+    def master_addr(self) -> str:
+        return self.nodes[0].address
+
+    def describe(self) -> str:
+        return (f"{len(self.nodes)} namespace node(s) on a {format_rate(self.rate_bps)} "
+                f"switch (tbf), {len(self.nodes[0].cpus)} CPU(s) each")
+
+    def __enter__(self) -> Lab:
+        check_prerequisites()
+        clean()
+        try:
+            self._build()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def _add_namespace(self, name: str) -> None:
+        _ip("netns", "add", name)
+        self._created.append(name)
+        _ip("-n", name, "link", "set", "lo", "up")
+
+    def _shape(self, namespace: str, device: str) -> None:
+        _run(["ip", "netns", "exec", namespace, "tc", "qdisc", "replace", "dev", device,
+              "root", "tbf", "rate", self.rate, "burst", str(tbf_burst(self.rate_bps)),
+              "latency", "50ms"])
+
+    def _build(self) -> None:
+        self._add_namespace(self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        for node in self.nodes:
+            port = f"p{node.rank}"
+            self._add_namespace(node.namespace)
+            _ip("-n", node.namespace, "link", "add", INTERFACE, "type", "veth", "peer",
+                "name", port, "netns", self.switch)
+            _ip("-n", node.namespace, "addr", "add", f"{node.address}/24", "dev", INTERFACE)
+            _ip("-n", node.namespace, "link", "set", INTERFACE, "up")
+            _ip("-n", self.switch, "link", "set", port, "master", "br0")
+            _ip("-n", self.switch, "link", "set", port, "up")
+            self._shape(node.namespace, INTERFACE)
+            self._shape(self.switch, port)
+
+    def destroy(self) -> None:
+        """Delete every namespace made (their veths go with them). Safe to call twice."""
+        for name in reversed(self._created):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        self._created.clear()
+
+    def env(self) -> dict[str, str]:
+        """What every node's processes need: gloo on the lab interface, the link's rate."""
+        return {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE,
+                "BENCH_LINK_RATE": self.rate, "BENCH_LINK_KIND": "emulated"}
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM (and SIGHUP) raise SystemExit while inside, so ``finally`` and ``__exit__``
+    clean up as they do for Ctrl-C; Python's default would end the process on the spot."""
+    def raise_exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, raise_exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
