@@ -191,10 +191,18 @@ def comm_hook(cfg: DistributedConfig):
 
 
 class _ObservedHook:
-    """The configured hook, with each bucket's ready time noted first."""
+    """The configured hook, with each bucket's ready time noted first.
 
-    def __init__(self, traffic: GradientTraffic, state, hook) -> None:
+    ``serialize``: wait for the previous bucket's hook to finish before starting the next.
+    gloo needs every rank to issue its collectives in the same order, and PowerSGD issues
+    its second and third all-reduce from callbacks on gloo's threads, which would race the
+    next bucket's first (seen as "Received data size doesn't match expected size").
+    """
+
+    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool) -> None:
         self.traffic, self.state, self.hook = traffic, state, hook
+        self.serialize = serialize
+        self.pending = None
 
 
 # DDP checks the bucket annotation by identity, which a stringified annotation (from the
@@ -202,7 +210,12 @@ class _ObservedHook:
 def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
     buffer = bucket.buffer()
     observed.traffic.bucket_ready(buffer.numel() * buffer.element_size())
-    return observed.hook(observed.state, bucket)
+    if observed.pending is not None:
+        observed.pending.wait()
+    future = observed.hook(observed.state, bucket)
+    if observed.serialize:
+        observed.pending = future
+    return future
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
@@ -215,7 +228,8 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
         bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)
     _install_counter(traffic)
     state, hook = comm_hook(cfg)
-    ddp.register_comm_hook(_ObservedHook(traffic, state, hook), _observed)
+    serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
+    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
     return ddp
 
 

@@ -3,8 +3,13 @@
   python -m bench matrix --batch-sizes 64,128 --topologies 1x1,1x2,2x1 --repeats 3 \\
       [--launcher native|compose|ssh --hosts h1,h2] -- --steps 20 --model resnet18
 
-Cells are BATCH_SIZES x TOPOLOGIES (x MODELS x PRECISIONS x BACKENDS when several are
-given). Each repeat of a cell is one job through the chosen launcher. Records are appended
+Cells are BATCH_SIZES x TOPOLOGIES (x MODELS x PRECISIONS x BACKENDS x COMM_HOOKS x
+GRAD_ACCUMS when several are given). ``--workload allreduce`` runs the all-reduce sweep
+instead (cells: TOPOLOGIES x BACKENDS; flags after -- go to ``bench allreduce``).
+``--launcher netns --link 1gbit`` runs every node in its own network namespace behind a
+link shaped to that rate (root; see bench/netlab.py).
+
+Each repeat of a cell is one job through the chosen launcher. Records are appended
 as jobs finish; a failed, OOM or timed-out job is recorded with its reason (the node that
 failed and its last lines) and the matrix goes on. ``--resume`` skips repeats that already
 have an ok record for the same config hash and topology.
@@ -19,7 +24,8 @@ import time
 from pathlib import Path
 
 from bench import provenance, record
-from bench.config import BACKENDS, PRECISIONS, OneLineErrorParser, TrainConfig
+from bench.allreduce import AllreduceConfig
+from bench.config import BACKENDS, COMM_HOOKS, PRECISIONS, OneLineErrorParser, TrainConfig
 from bench.launchers.nodes import JobOutcome
 from bench.models import MODELS
 from bench.options import ConfigError
@@ -30,11 +36,17 @@ from bench.topology import (
     parse_list,
     parse_positive_ints,
 )
+from bench.units import parse_rate
 
-LAUNCHERS = ("native", "compose", "ssh")
+LAUNCHERS = ("native", "compose", "ssh", "netns")
+WORKLOADS = {"train": "bench.train", "allreduce": "bench.allreduce"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
 DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
-                   "--precision": "--precisions", "--backend": "--backends"}
+                   "--precision": "--precisions", "--backend": "--backends",
+                   "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums"}
+# Matrix flags that only mean something for the trainer, with their defaults.
+TRAIN_DIMENSIONS = {"batch_sizes": "64", "models": "resnet18", "precisions": "fp32",
+                    "comm_hooks": "none", "grad_accums": "1"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,19 +58,29 @@ class Cell:
     model: str
     precision: str
     backend: str
+    comm_hook: str = "none"
+    grad_accum: int = 1
+    workload: str = "train"
 
     def trainer_args(self, base: list[str]) -> list[str]:
+        if self.workload == "allreduce":
+            return [*base, "--backend", self.backend]
         return [*base, "--batch-size", str(self.batch_size), "--model", self.model,
-                "--precision", self.precision, "--backend", self.backend]
+                "--precision", self.precision, "--backend", self.backend,
+                "--comm-hook", self.comm_hook, "--grad-accum", str(self.grad_accum)]
 
     def label(self) -> str:
+        if self.workload == "allreduce":
+            return f"all-reduce {self.topology} {self.backend}"
+        extra = (f" hook {self.comm_hook}" if self.comm_hook != "none" else "") + \
+            (f" accum {self.grad_accum}" if self.grad_accum != 1 else "")
         return (f"batch {self.batch_size} {self.topology} {self.model} {self.precision} "
-                f"{self.backend}")
+                f"{self.backend}{extra}")
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class MatrixConfig:
-    cells: dict[Cell, TrainConfig]   # each cell with its validated trainer configuration
+    cells: dict[Cell, TrainConfig | AllreduceConfig]   # each cell's validated configuration
     repeats: int
     launcher: str
     hosts: list[str]
@@ -74,6 +96,13 @@ class MatrixConfig:
     master_port: int
     profile: str
     ssh_config: Path | None
+    workload: str = "train"
+    link_bps: int | None = None
+    cpus_per_node: int | None = None
+
+    @property
+    def module(self) -> str:
+        return WORKLOADS[self.workload]
 
     @classmethod
     def from_args(cls, argv: list[str], prog: str) -> MatrixConfig:
@@ -81,14 +110,24 @@ class MatrixConfig:
             if "--" in argv else (argv, [])
         p = OneLineErrorParser(prog=prog, description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--batch-sizes", default="64", help="per-device batch sizes, e.g. 64,128")
+        p.add_argument("--workload", choices=tuple(WORKLOADS), default="train",
+                       help="what each job runs: the trainer or the all-reduce sweep")
+        p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
         p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
-        p.add_argument("--models", default="resnet18", help="comma-separated models")
-        p.add_argument("--precisions", default="fp32", help="comma-separated precisions")
+        p.add_argument("--models", help="comma-separated models (default: resnet18)")
+        p.add_argument("--precisions", help="comma-separated precisions (default: fp32)")
         p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
+        p.add_argument("--comm-hooks", help="comma-separated gradient hooks: none, fp16, bf16, "
+                       "powersgd (default: none)")
+        p.add_argument("--grad-accums", help="comma-separated micro-batches per step "
+                       "(default: 1)")
         p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
         p.add_argument("--launcher", choices=LAUNCHERS, default="native",
-                       help="native torchrun here, Compose here, or SSH fan-out to --hosts")
+                       help="native torchrun here, Compose here, SSH fan-out to --hosts, or "
+                       "netns: emulated hosts on this machine behind a --link")
+        p.add_argument("--link", help="netns: the link rate of every node, e.g. 1gbit, 5gbit")
+        p.add_argument("--cpus-per-node", type=int, help="netns: CPUs pinned to each node "
+                       "(default: this machine's CPUs divided by the most nodes of any cell)")
         p.add_argument("--hosts", default="", help="ssh: host1,host2 in node-rank order")
         p.add_argument("--runtime", choices=("compose", "native"), default="compose",
                        help="ssh: start the trainer through Compose or torchrun on each host")
@@ -113,11 +152,30 @@ class MatrixConfig:
             if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
                 raise ConfigError(flag, "(after --)", f"is a matrix dimension: give it as "
                                   f"{dimension} before --")
+        if a.workload != "train":
+            for name in TRAIN_DIMENSIONS:
+                if getattr(a, name) is not None:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(flag, getattr(a, name), "is a trainer dimension: leave it "
+                                      "out with --workload allreduce")
+        for name, default in TRAIN_DIMENSIONS.items():
+            if getattr(a, name) is None:
+                setattr(a, name, default)
         batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
         topologies = parse_list(a.topologies)
         models = parse_choices(a.models, tuple(MODELS), "--models")
         precisions = parse_choices(a.precisions, PRECISIONS, "--precisions")
         backends = parse_choices(a.backends, BACKENDS, "--backends")
+        hooks = parse_choices(a.comm_hooks, COMM_HOOKS, "--comm-hooks")
+        accums = parse_positive_ints(a.grad_accums, "--grad-accums")
+        link_bps = parse_rate(a.link, "--link") if a.link else None
+        if a.launcher == "netns" and link_bps is None:
+            raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
+        if a.launcher != "netns" and (a.link or a.cpus_per_node):
+            raise ConfigError("--link" if a.link else "--cpus-per-node",
+                              a.link or a.cpus_per_node, "only with --launcher netns")
+        if a.cpus_per_node is not None and a.cpus_per_node < 1:
+            raise ConfigError("--cpus-per-node", a.cpus_per_node, "must be a positive integer")
         if a.repeats < 1:
             raise ConfigError("--repeats", a.repeats, "must be a positive integer")
         hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
@@ -135,17 +193,24 @@ class MatrixConfig:
         if a.launcher == "compose" and (a.env_file is None or not a.env_file.is_file()):
             raise ConfigError("--env-file", a.env_file, "Compose needs an existing settings "
                               "file, e.g. compose/.env")
-        cells = [Cell(b, t, m, pr, be) for m, pr, be, b, t in
-                 itertools.product(models, precisions, backends, batch_sizes, topologies)]
-        # Every cell's trainer flags are validated before anything starts.
-        configs = {cell: TrainConfig.from_args(cell.trainer_args(trainer_args), "bench train")
-                   for cell in cells}
+        if a.workload == "allreduce":
+            cells = [Cell(0, t, "", "", be, workload="allreduce")
+                     for be, t in itertools.product(backends, topologies)]
+        else:
+            cells = [Cell(b, t, m, pr, be, h, ga) for m, pr, be, h, ga, b, t in
+                     itertools.product(models, precisions, backends, hooks, accums, batch_sizes,
+                                       topologies)]
+        # Every cell's flags are validated before anything starts.
+        parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
+        prog = f"bench {a.workload}"
+        configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
         return cls(cells=configs, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
                    results=a.results, resume=a.resume, deadline_s=a.deadline,
                    rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
                    env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
                    master_port=a.master_port, profile=a.profile or _default_profile(),
-                   ssh_config=a.ssh_config)
+                   ssh_config=a.ssh_config, workload=a.workload, link_bps=link_bps,
+                   cpus_per_node=a.cpus_per_node)
 
 
 def _default_profile() -> str:
@@ -169,16 +234,20 @@ def finished_repeats(results: Path) -> dict[tuple, int]:
     return counts
 
 
-def failure_record(cfg: TrainConfig, topology: Topology) -> dict:
+def failure_record(cfg: TrainConfig | AllreduceConfig, topology: Topology) -> dict:
     """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
-    from bench.train import skeleton
+    if isinstance(cfg, AllreduceConfig):
+        from bench.allreduce import skeleton
 
-    rec = skeleton(cfg)
+        rec = skeleton(cfg)
+    else:
+        from bench.train import skeleton
+
+        rec = skeleton(cfg)
+        rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
+                                    * cfg.distributed.grad_accum)
     rec.update(world_size=topology.devices, nnodes=topology.nodes,
-               nproc_per_node=topology.procs,
-               global_batch_size=topology.devices * cfg.data.batch_size
-               * cfg.distributed.grad_accum,
-               env=provenance.collect(None, gather=False))
+               nproc_per_node=topology.procs, env=provenance.collect(None, gather=False))
     rec["status"], rec["error"] = "error", "no node wrote a record"
     return rec
 
@@ -207,6 +276,12 @@ def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
     first, last = rec.get("first_step_done"), rec.get("last_step_done")
     return {"startup_s": first - launched if first else None,
             "teardown_s": recorded - last if last else None}
+
+
+def _headline(rec: dict) -> str:
+    if rec.get("mode") == "allreduce":
+        return f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s"
+    return f"{rec['samples_per_s']:.1f} samples/s"
 
 
 def _eta(seconds: float) -> str:
@@ -248,14 +323,14 @@ def run(cfg: MatrixConfig, launch) -> int:
         recorded = time.time()
         rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
                          "launcher": cfg.launcher, "topology": str(cell.topology),
+                         "link_bps": cfg.link_bps,
                          "logs": str(log_dir), "launched_at": launched,
                          "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
         record.append(cfg.results, rec)
         status = rec["status"]
         print(f"[matrix] cell {index} repeat {repeat}: {status}"
-              + (f" ({rec['error']})" if status != "ok" else
-                 f", {rec['samples_per_s']:.1f} samples/s") + f" in {outcome.seconds:.1f} s",
-              file=sys.stderr, flush=True)
+              + (f" ({rec['error']})" if status != "ok" else f", {_headline(rec)}")
+              + f" in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
         if status != "ok":
             failures.append((index, cell, repeat, rec))
     print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",

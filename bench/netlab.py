@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bench.units import format_rate
+from bench.units import format_rate, tc_rate
 
 PREFIX = "benchlab"
 SUBNET = "169.254.100"
@@ -110,7 +110,7 @@ class Lab:
         if nodes < 1:
             raise LabError(f"a lab needs at least one node, not {nodes}")
         self.rate_bps = rate_bps
-        self.rate = f"{rate_bps}bit"
+        self.rate = tc_rate(rate_bps)
         tag = f"{PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.switch = f"{tag}-sw"
         total = os.cpu_count() or 1

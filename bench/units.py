@@ -54,3 +54,11 @@ def format_rate(bits_per_s: float) -> str:
         if bits_per_s >= factor:
             return f"{bits_per_s / factor:g} {unit}/s"
     return f"{bits_per_s:g} bit/s"
+
+
+def tc_rate(bits_per_s: int) -> str:
+    """The rate in tc's spelling, as short as exact: 1000000000 -> ``1gbit``."""
+    for unit, factor in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s % factor == 0:
+            return f"{bits_per_s // factor}{unit}"
+    return f"{bits_per_s}bit"

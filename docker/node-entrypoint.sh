@@ -11,4 +11,4 @@ echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), maste
 # shellcheck disable=SC2086
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv-conf "timeout=$RDZV_TIMEOUT" \
-  -m bench.train --results "$RESULTS_FILE" ${BENCH_ARGS:-}
+  -m "${BENCH_MODULE:-bench.train}" --results "$RESULTS_FILE" ${BENCH_ARGS:-}

@@ -64,6 +64,7 @@ class ComposeJob:
     # None: every node of the job as a Compose project on this host (a simulated cluster);
     # a rank: only that node, which joins a job whose other nodes run elsewhere.
     only_rank: int | None = None
+    module: str = "bench.train"   # the workload: the trainer or bench.allreduce
 
 
 def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeCommand]:
@@ -73,7 +74,7 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeComm
                 "NNODES": str(job.nnodes), "NPROC_PER_NODE": str(job.nproc_per_node),
                 "MASTER_PORT": str(job.master_port), "RESULTS_DIR": str(job.results_dir.resolve()),
                 "RESULTS_NAME": job.results_name, image_var: job.image,
-                "BENCH_ARGS": shlex.join(job.trainer_args),
+                "BENCH_ARGS": shlex.join(job.trainer_args), "BENCH_MODULE": job.module,
                 "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest}
     ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
     return [NodeCommand(rank, f"node{rank}",

@@ -3,6 +3,13 @@
 Each node runs the same torchrun command as the native launcher, inside its namespace and
 on its own CPUs, with gloo bound to the lab interface; the lab is built for the job and
 removed after it, whatever happens (see ``bench.netlab``).
+
+Emulated hosts share this machine's memory bandwidth and caches, so a node computes more
+slowly beside a busy neighbour than alone. To keep cells comparable, a job with fewer
+nodes than the matrix's largest (``lab_nodes``) runs beside neighbours: on each spare
+emulated host, an independent one-node copy of the same job, whose records are kept apart
+(``neighbours.jsonl`` in the job's log directory). Every node of every cell then computes
+beside the same number of busy hosts, as each node of the largest cell does.
 """
 from __future__ import annotations
 
@@ -16,28 +23,41 @@ from bench.topology import Topology
 
 
 def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_port: int,
-             job_id: str, results: Path, rdzv_timeout: int, module: str) -> list[NodeCommand]:
+             job_id: str, results: Path, rdzv_timeout: int, module: str,
+             neighbours_results: Path | None = None) -> list[NodeCommand]:
+    """The job's nodes on the lab's first hosts, then a neighbour on each spare host."""
     env = lab.env()
     out = []
     for node in lab.nodes:
+        job = node.rank < topology.nodes
+        # A neighbour is a one-node job of its own, on its own port.
         argv = native.torchrun_argv(
-            topology, node.rank, master_addr=lab.master_addr, master_port=master_port,
-            rdzv_timeout=rdzv_timeout, job_id=job_id, results=str(results.resolve()),
+            topology if job else Topology(1, topology.procs), node.rank if job else 0,
+            master_addr=lab.master_addr if job else node.address,
+            master_port=master_port if job else master_port + 1 + node.rank,
+            rdzv_timeout=rdzv_timeout, job_id=job_id if job else f"{job_id}-n{node.rank}",
+            results=str((results if job else neighbours_results or results).resolve()),
             trainer_args=args, module=module)
         # The node's CPUs are shared by its processes; torch would otherwise start a thread
         # per CPU of the machine in each.
         threads = max(1, len(node.cpus) // topology.procs)
-        out.append(NodeCommand(node.rank, f"node{node.rank}", node.wrap(argv),
+        out.append(NodeCommand(node.rank, f"node{node.rank}" if job else
+                               f"neighbour{node.rank}", node.wrap(argv),
                                {**env, "OMP_NUM_THREADS": str(threads)}))
     return out
 
 
 def run(topology: Topology, args: list[str], *, rate_bps: int, cpus_per_node: int | None,
         master_port: int, job_id: str, results: Path, rdzv_timeout: int, module: str,
-        deadline_s: float, log_dir: Path | None) -> JobOutcome:
+        deadline_s: float, log_dir: Path | None, lab_nodes: int | None = None) -> JobOutcome:
+    hosts = max(topology.nodes, lab_nodes or 0)
     with netlab.terminate_raises(), \
-            netlab.Lab(topology.nodes, rate_bps, cpus_per_node=cpus_per_node) as lab:
+            netlab.Lab(hosts, rate_bps, cpus_per_node=cpus_per_node) as lab:
         print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
         nodes = commands(lab, topology, args, master_port=master_port, job_id=job_id,
-                         results=results, rdzv_timeout=rdzv_timeout, module=module)
-        return run_nodes(nodes, deadline_s=deadline_s, log_dir=log_dir)
+                         results=results, rdzv_timeout=rdzv_timeout, module=module,
+                         neighbours_results=(log_dir or results.parent) / "neighbours.jsonl")
+        outcome = run_nodes(nodes, deadline_s=deadline_s, log_dir=log_dir)
+    # The job's own nodes; a neighbour that failed is still the culprit (it stopped the job).
+    outcome.nodes = outcome.nodes[:topology.nodes]
+    return outcome

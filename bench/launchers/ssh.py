@@ -81,7 +81,8 @@ def launcher(cfg):
                 argv = native.torchrun_argv(
                     cell.topology, rank, master_addr=master, master_port=port,
                     rdzv_timeout=cfg.rdzv_timeout, job_id=job_id, results=str(trainer_results),
-                    trainer_args=args, python=f"{directory}/.venv/bin/python")
+                    trainer_args=args, python=f"{directory}/.venv/bin/python",
+                    module=cfg.module)
                 line = remote_shell(directory, env, argv)
                 stop = f"pkill -TERM -f -- {shlex.quote('--rdzv-id ' + job_id)} || true"
             else:
@@ -111,7 +112,8 @@ def _compose_lines(cfg, cell, args, job_id, port, trainer_results, directory, ma
                 "MASTER_ADDR": master, "MASTER_PORT": str(port), "RDZV_TIMEOUT":
                 str(cfg.rdzv_timeout), "RESULTS_DIR": str(results_dir),
                 "RESULTS_NAME": str(Path(trainer_results).relative_to(results_dir)),
-                image_var: cfg.image, "BENCH_ARGS": shlex.join(args)}
+                image_var: cfg.image, "BENCH_ARGS": shlex.join(args),
+                "BENCH_MODULE": cfg.module}
     # Compose v2 where the host has it, else docker-compose: decided on the host.
     base = ["$compose", "-f", "compose/docker-compose.yml", "--env-file", str(env_file),
             "--profile", cfg.profile, "-p", project]
