@@ -1,0 +1,129 @@
+"""Emulated links end to end: real namespaces, veth pairs, a bridge and tc tbf (root).
+
+Under CI these run (CI is root and has iproute2); elsewhere they skip when either is missing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import netlab, record
+from tests.conftest import REPO, _require
+
+LINK_GBPS = 0.125   # 1 Gbit/s in GB/s
+
+
+@pytest.fixture
+def lab_host() -> None:
+    _require(os.geteuid() == 0 and shutil.which("tc") is not None
+             and shutil.which("ip") is not None,
+             "emulated links need root and iproute2 (ip, tc)")
+    yield
+    assert _ours() == [], "a lab namespace was left behind"
+
+
+def _ours() -> list[str]:
+    return [name for name in netlab.namespaces() if name.startswith(netlab.PREFIX + "-")]
+
+
+def _matrix(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", "1gbit",
+            *args]
+
+
+def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    sweep = subprocess.run(
+        _matrix("--workload", "allreduce", "--topologies", "2x1", "--results", str(results),
+                "--", "--max-size", "4MiB", "--iters", "3", "--warmup-iters", "1"),
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    train = subprocess.run(
+        _matrix("--topologies", "1x1,2x1", "--models", "smallcnn", "--batch-sizes", "8",
+                "--results", str(results), "--", "--steps", "3", "--warmup-steps", "1",
+                "--comm-probe-steps", "2"),
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    comm, one, two = list(record.read(results))
+    assert comm["mode"] == "allreduce" and comm["status"] == "ok" and comm["nnodes"] == 2
+    assert comm["env"]["link"] == {"rate": "1gbit", "rate_bps": 10**9, "kind": "emulated"}
+    assert {r["hostname"] for r in comm["env"]["ranks"]} and comm["env"]["comm_env"][
+        "GLOO_SOCKET_IFNAME"] == "eth0"
+    assert all(row["wrong"] == 0 for row in comm["sizes"])
+    # The shaper is in the path: nothing crosses faster than the link (tbf's burst allows
+    # a little over at 4 MiB).
+    assert 0 < comm["busbw_largest_GBps"] <= 1.15 * LINK_GBPS
+    assert (one["nnodes"], two["nnodes"]) == (1, 2)
+    assert one["status"] == two["status"] == "ok"
+    assert two["env"]["link"]["rate_bps"] == 10**9
+    assert two["grad_bytes_per_step"] == one["grad_bytes_per_step"] > 0
+    assert two["comm_exposed_s"] is not None and two["bucket_timeline"]["step_s"] > 0
+    # The one-node job ran beside a neighbour on the second emulated host.
+    neighbours = list(record.read(Path(one["matrix"]["logs"]) / "neighbours.jsonl"))
+    assert [n["nnodes"] for n in neighbours] == [1]
+
+
+def _start_long_job(results) -> subprocess.Popen:
+    return subprocess.Popen(
+        _matrix("--topologies", "2x1", "--models", "smallcnn", "--batch-sizes", "8",
+                "--results", str(results), "--", "--steps", "100000", "--warmup-steps", "1"),
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+
+
+def _wait_for_training(namespace_suffix: str, timeout: float = 120) -> str:
+    """The namespace of the node whose name ends in the suffix, once it runs a process."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for name in _ours():
+            if name.endswith(namespace_suffix):
+                pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                      text=True).stdout.split()
+                if len(pids) >= 2:   # torchrun and its worker
+                    return name
+        time.sleep(0.5)
+    raise AssertionError("the job's nodes never started")
+
+
+def test_a_node_dying_midway_fails_the_job_and_removes_the_lab(lab_host, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    job = _start_long_job(results)
+    try:
+        node1 = _wait_for_training("-n1")
+        time.sleep(3)
+        for pid in subprocess.run(["ip", "netns", "pids", node1], capture_output=True,
+                                  text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        output, _ = job.communicate(timeout=180)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 1, output[-3000:]
+    (rec,) = list(record.read(results))
+    assert rec["status"] != "ok" and rec["failed_node"]["rank"] == 1
+
+
+def test_terminating_the_harness_removes_the_lab(lab_host, tmp_path):
+    job = _start_long_job(tmp_path / "runs.jsonl")
+    try:
+        _wait_for_training("-n0")
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode != 0, output[-3000:]
+
+
+def test_labs_of_dead_owners_are_cleaned(lab_host):
+    dead = f"{netlab.PREFIX}-999999-abcdef-n0"   # no process 999999: a harness killed -9
+    subprocess.run(["ip", "netns", "add", dead], check=True)
+    assert dead in netlab.clean()
+    assert dead not in netlab.namespaces()
