@@ -43,7 +43,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
         dataset settings test unit lint clean
 
 help: ## list the targets
@@ -204,6 +204,37 @@ table: venv ## tables of RESULTS (FORMAT=markdown|github|csv|latex)
 
 plot: venv ## PNG charts beside RESULTS (default: the newest results file)
 	$(PY) -m bench plot $(or $(RESULTS),$(NEWEST_RESULTS))
+
+bench-comm: COMM_TOPOLOGIES ?= 1x2
+bench-comm: RESULTS ?= results/comm-$(RUN_TAG).jsonl
+bench-comm: venv ## all-reduce busbw sweep on this host (COMM_TOPOLOGIES, MAX_SIZE), table + plot
+	$(PY) -m bench matrix --workload allreduce --topologies $(COMM_TOPOLOGIES) --results $(RESULTS) \
+	  -- $(if $(MAX_SIZE),--max-size $(MAX_SIZE))
+	$(PY) -m bench plot $(RESULTS)
+
+# The lab's 1 GbE finding in miniature, on emulated hosts (root): the link's all-reduce
+# sweep, then 1 node vs 2 nodes with and without compression, then the prediction beside it.
+bench-emulated: LINK ?= 1gbit
+bench-emulated: MODEL ?= resnet18
+bench-emulated: BATCH_SIZES ?= 16
+bench-emulated: COMM_HOOKS ?= none,powersgd
+bench-emulated: STEPS ?= 20
+bench-emulated: REPEATS ?= 2
+bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
+bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
+	$(PY) -m bench matrix --workload allreduce --launcher netns --link $(LINK) --topologies 2x1 \
+	  --results $(RESULTS:.jsonl=-comm.jsonl) -- --max-size 64MiB --iters 5 --warmup-iters 1
+	$(PY) -m bench matrix --launcher netns --link $(LINK) --topologies 1x1,2x1 --models $(MODEL) \
+	  --batch-sizes "$(BATCH_SIZES)" --comm-hooks $(COMM_HOOKS) \
+	  --repeats $(REPEATS) --results $(RESULTS) -- --steps $(STEPS) --warmup-steps 10 \
+	  --powersgd-warmup 5 --image-size 32 --log-every 0
+	$(PY) -m bench table $(RESULTS) --group-by model,batch,comm_hook
+	$(PY) -m bench predict $(RESULTS) --link-from $(RESULTS:.jsonl=-comm.jsonl) --nodes 2,4
+	$(PY) -m bench plot $(RESULTS:.jsonl=-comm.jsonl)
+
+bench-predict: LINK ?= 5gbit
+bench-predict: venv ## predict N nodes from the 1-node runs in RESULTS over a nominal LINK (NODES=2,4)
+	$(PY) -m bench predict $(or $(RESULTS),$(NEWEST_RESULTS)) --link $(LINK) --nodes $(or $(NODES),2,4)
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
 	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)

@@ -122,7 +122,35 @@ def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
                             color="black" if bright else "white")
         fig.colorbar(image, ax=ax, label=name)
         made.append(_save(fig, f"{stem}-heatmap.png"))
+    sweeps = [r for r in record.read(results)
+              if r.get("mode") == "allreduce" and r.get("status") == "ok"]
+    if sweeps:
+        made.append(plot_busbw(sweeps, out_dir / f"{results.stem}-allreduce-busbw.png"))
     return made
+
+
+def plot_busbw(sweeps: list[dict], path: Path) -> Path:
+    """busbw against message size, one line per sweep, with each emulated link's rate."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rates = set()
+    for rec in sweeps:
+        link = (rec.get("env") or {}).get("link")
+        label = f"{rec['nnodes']}x{rec['nproc_per_node']} {rec['backend']}" + \
+            (f" @ {link['rate']}" if link else "")
+        ax.plot([row["size_bytes"] for row in rec["sizes"]],
+                [row["busbw_GBps"] * 8 for row in rec["sizes"]], marker=".", label=label)
+        if link:
+            rates.add(link["rate_bps"])
+    for rate in sorted(rates):
+        ax.axhline(rate / 1e9, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (Gbit/s)")
+    ax.set_title("all-reduce bus bandwidth (dotted: link rate)")
+    ax.legend(fontsize=8)
+    return _save(fig, str(path))
 
 
 def _save(fig, path: str) -> Path:
