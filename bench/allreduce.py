@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +29,14 @@ import torch
 import torch.distributed as dist
 
 from bench import distributed, provenance, record
-from bench.config import BACKENDS, DEVICES, DistributedConfig, OneLineErrorParser
+from bench.config import (
+    BACKENDS,
+    DEVICES,
+    DistributedConfig,
+    OneLineErrorParser,
+    resolve_device,
+)
+from bench.loop import make_clock
 from bench.options import ConfigError, add_flags, from_namespace, option, require
 from bench.units import format_size, parse_size
 
@@ -69,15 +75,7 @@ class AllreduceConfig:
         require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
         require(not self.results.is_dir(), "results", self.results,
                 "is a directory: give a file path such as results/runs.jsonl")
-        has_cuda = torch.cuda.is_available()
-        if self.device == "auto":
-            self.device = "cuda" if has_cuda else "cpu"
-        require(self.device != "cuda" or has_cuda, "device", "cuda",
-                "no CUDA device is visible to torch; use --device cpu")
-        if self.backend == "auto":
-            self.backend = "nccl" if self.device == "cuda" else "gloo"
-        require(not (self.backend == "nccl" and self.device == "cpu"), "backend", "nccl",
-                "nccl needs CUDA devices; use --backend gloo on cpu")
+        self.device, self.backend = resolve_device(self.device, self.backend)
         if self.max_size == "auto":
             self.max_size = DEFAULT_MAX_SIZE[self.device]
         element = DTYPES[self.dtype].itemsize
@@ -185,7 +183,7 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
     ``collective`` is the all-reduce under test (the tests pass one that corrupts).
     """
     dtype = DTYPES[cfg.dtype]
-    clock = _clock(ctx.device)
+    clock = make_clock(ctx.device)
     rows = []
     for size in cfg.sizes:
         count = size // dtype.itemsize
@@ -212,15 +210,6 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         if ctx.is_leader:
             print(_row_text(row), file=sys.stderr, flush=True)
     return rows
-
-
-def _clock(device: torch.device) -> Callable[[], float]:
-    if device.type == "cuda":
-        def clock() -> float:
-            torch.cuda.synchronize()
-            return time.perf_counter()
-        return clock
-    return time.perf_counter
 
 
 def _barrier(ctx: distributed.DistContext) -> None:

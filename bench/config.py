@@ -258,18 +258,8 @@ class TrainConfig:
         self._resolve_device()
 
     def _resolve_device(self) -> None:
-        import torch  # deferred: keeps config parsing importable without torch work
-
         dist = self.distributed
-        has_cuda = torch.cuda.is_available()
-        if dist.device == "auto":
-            dist.device = "cuda" if has_cuda else "cpu"
-        require(dist.device != "cuda" or has_cuda, "device", "cuda",
-                "no CUDA device is visible to torch; use --device cpu")
-        if dist.backend == "auto":
-            dist.backend = "nccl" if dist.device == "cuda" else "gloo"
-        require(not (dist.backend == "nccl" and dist.device == "cpu"), "backend", "nccl",
-                "nccl needs CUDA devices; use --backend gloo on cpu")
+        dist.device, dist.backend = resolve_device(dist.device, dist.backend)
 
     @staticmethod
     def parser(prog: str = "bench train") -> argparse.ArgumentParser:
@@ -298,6 +288,23 @@ class TrainConfig:
             resolved[section].pop(field, None)
         blob = json.dumps(resolved, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def resolve_device(device: str, backend: str) -> tuple[str, str]:
+    """``auto`` device and backend made concrete (cuda and nccl where torch sees a GPU), and
+    the combinations that cannot run refused."""
+    import torch  # deferred: keeps config parsing importable without torch work
+
+    has_cuda = torch.cuda.is_available()
+    if device == "auto":
+        device = "cuda" if has_cuda else "cpu"
+    require(device != "cuda" or has_cuda, "device", "cuda",
+            "no CUDA device is visible to torch; use --device cpu")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    require(not (backend == "nccl" and device == "cpu"), "backend", "nccl",
+            "nccl needs CUDA devices; use --backend gloo on cpu")
+    return device, backend
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

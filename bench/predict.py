@@ -198,12 +198,12 @@ def _rate(timeline: Timeline, link: Link, nodes: int, samples_per_step_node: flo
 
 # The setup a single-node record stands for; records that differ only in the comm hook are
 # the compression lever of one another.
-def setup_key(rec: dict, *, with_hook: bool = True) -> tuple:
+def setup_key(rec: dict) -> tuple:
     cfg = rec.get("config", {})
     key = (cfg.get("model", {}).get("model"), cfg.get("model", {}).get("image_size"),
            rec.get("batch_size_per_device"), cfg.get("distributed", {}).get("grad_accum"),
            cfg.get("precision", {}).get("precision"), rec.get("nproc_per_node"))
-    return (*key, rec.get("comm_hook")) if with_hook else key
+    return (*key, rec.get("comm_hook"))
 
 
 def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
