@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import distributed, provenance, record
+from bench import distributed, job, record
 from bench.config import (
     BACKENDS,
     DEVICES,
@@ -122,8 +122,10 @@ def bandwidths(size_bytes: int, seconds: float, world_size: int) -> tuple[float,
     return algbw, algbw * bus_factor(world_size)
 
 
-class WrongResult(RuntimeError):
+class WrongResult(job.ExpectedFailure):
     """An all-reduce returned a value other than the sum of the ranks' inputs."""
+
+    status = "wrong_result"
 
 
 def pattern(count: int, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -246,13 +248,8 @@ def summarize(rows: list[dict]) -> dict:
 
 def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> int:
     """Sweep, record, and return the exit code (0 ok, 1 failed or wrong)."""
-    rec, ctx = skeleton(cfg), None
-    try:
-        ctx = distributed.init(DistributedConfig(device=cfg.device, backend=cfg.backend,
-                                                 timeout=cfg.timeout))
-        rec["env"] = provenance.collect(ctx)
-        rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
-                   nproc_per_node=ctx.local_world_size)
+
+    def measure(ctx: distributed.DistContext, rec: dict) -> None:
         if ctx.is_leader:
             print(f"[bench] all-reduce over {ctx.world_size} rank(s), {cfg.backend}, "
                   f"{cfg.dtype}, {format_size(cfg.sizes[0])} to {format_size(cfg.sizes[-1])}"
@@ -261,35 +258,11 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
             print(HEADER, file=sys.stderr, flush=True)
         rec["sizes"] = sweep(cfg, ctx, collective)
         rec.update(summarize(rec["sizes"]))
-        rec["status"] = "ok"
-    except WrongResult as wrong:
-        rec["status"], rec["error"] = "wrong_result", str(wrong)
-    except Exception as failure:  # noqa: BLE001 - every failure becomes a record
-        from bench.train import classify, one_line
 
-        rec["status"], rec["error"] = classify(failure), one_line(failure)
-    if "env" not in rec:
-        rec["env"] = provenance.collect(ctx, gather=False)
-    return _finish(cfg, ctx, rec)
-
-
-def _finish(cfg: AllreduceConfig, ctx: distributed.DistContext | None, rec: dict) -> int:
-    # Only rank 0 writes; a wrong result on another rank is that rank's exit code and its
-    # message, and rank 0 fails its next collective or records its own view.
-    if ctx is None or ctx.is_leader:
-        record.append(cfg.results, rec)
-        record.emit(rec)
-    try:
-        distributed.shutdown(synchronized=rec["status"] == "ok")
-    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
-        pass
-    if rec["status"] == "ok":
-        if ctx is None or ctx.is_leader:
-            print(f"[bench] ok: busbw up to {rec['busbw_peak_GBps']:.3f} GB/s; record "
-                  f"appended to {cfg.results}", file=sys.stderr)
-        return 0
-    print(f"{PROG}: FAILED ({rec['status']}): {rec['error']}", file=sys.stderr)
-    return 1
+    return job.run(PROG, skeleton(cfg), cfg.results,
+                   DistributedConfig(device=cfg.device, backend=cfg.backend,
+                                     timeout=cfg.timeout),
+                   measure, lambda rec: f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s")
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -7,33 +7,16 @@ from __future__ import annotations
 
 import resource
 import sys
-import traceback
 
 import torch
 
-from bench import distributed, manifest, provenance, record, summary
+from bench import distributed, job, manifest, record, summary
 from bench.config import ConfigError, TrainConfig
 from bench.data import build_data
 from bench.loop import Precision, Trainer, comm_probe, make_clock, run_epochs, run_steps
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
 
 PROG = "bench train"
-
-
-def classify(error: BaseException) -> str:
-    """The record status for a failure: oom, timeout or error."""
-    text = str(error).lower()
-    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
-            or "can't allocate memory" in text:
-        return "oom"
-    if isinstance(error, TimeoutError) or "timed out" in text or "timeout" in text:
-        return "timeout"
-    return "error"
-
-
-def one_line(error: BaseException) -> str:
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
@@ -46,6 +29,7 @@ def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
 
 def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
+    rec["global_batch_size"] = cfg.data.batch_size * cfg.distributed.grad_accum * ctx.world_size
     if cfg.data.data_dir is not None:
         # Before anything trains: every node must read the bytes the manifest promises.
         rec["dataset_manifest_sha256"] = manifest.verify(
@@ -119,46 +103,9 @@ def skeleton(cfg: TrainConfig) -> dict:
 
 def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
-    ctx = None
-    rec = skeleton(cfg)
-    try:
-        ctx = distributed.init(cfg.distributed)
-        rec["world_size"] = ctx.world_size
-        rec["global_batch_size"] = (cfg.data.batch_size * cfg.distributed.grad_accum
-                                    * ctx.world_size)
-        rec["env"] = provenance.collect(ctx)
-        rec["nnodes"], rec["nproc_per_node"] = rec["env"]["nnodes"], ctx.local_world_size
-        measure(cfg, ctx, rec)
-        rec["status"] = "ok"
-    except KeyboardInterrupt as interrupt:
-        rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
-        _finish(cfg, ctx, rec)
-        raise SystemExit(130) from interrupt
-    except Exception as failure:  # noqa: BLE001 - every failure becomes a record
-        rec["status"], rec["error"] = classify(failure), one_line(failure)
-        if "env" not in rec:
-            rec["env"] = provenance.collect(ctx, gather=False)
-        traceback.print_exc(file=sys.stderr)
-    return _finish(cfg, ctx, rec)
-
-
-def _finish(cfg: TrainConfig, ctx: distributed.DistContext | None, rec: dict) -> int:
-    leader = ctx is None or ctx.is_leader
-    if leader:
-        record.append(cfg.output.results, rec)
-        record.emit(rec)
-    try:
-        distributed.shutdown(synchronized=rec["status"] == "ok")
-    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
-        pass
-    if rec["status"] == "ok":
-        if leader:
-            print(f"[bench] ok: {rec['samples_per_s']:.1f} samples/s; record appended to "
-                  f"{cfg.output.results}", file=sys.stderr)
-        return 0
-    where = f"record appended to {cfg.output.results}" if leader else "rank 0 writes the record"
-    print(f"{PROG}: FAILED ({rec['status']}): {rec['error']}; {where}", file=sys.stderr)
-    return 1
+    return job.run(PROG, skeleton(cfg), cfg.output.results, cfg.distributed,
+                   lambda ctx, rec: measure(cfg, ctx, rec),
+                   lambda rec: f"{rec['samples_per_s']:.1f} samples/s")
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
