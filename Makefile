@@ -223,7 +223,7 @@ bench-emulated: REPEATS ?= 2
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
 	$(PY) -m bench matrix --workload allreduce --launcher netns --link $(LINK) --topologies 2x1 \
-	  --results $(RESULTS:.jsonl=-comm.jsonl) -- --max-size 64MiB --iters 5 --warmup-iters 1
+	  --results $(RESULTS:.jsonl=-comm.jsonl) -- --max-size 64MiB --iters 10 --warmup-iters 2
 	$(PY) -m bench matrix --launcher netns --link $(LINK) --topologies 1x1,2x1 --models $(MODEL) \
 	  --batch-sizes "$(BATCH_SIZES)" --comm-hooks $(COMM_HOOKS) \
 	  --repeats $(REPEATS) --results $(RESULTS) -- --steps $(STEPS) --warmup-steps 10 \

@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,15 +194,19 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         for _ in range(cfg.warmup_iters):
             collective(buffer)
         _barrier(ctx)
-        start = clock()
+        start, cpu_start = clock(), time.process_time()
         for _ in range(cfg.iters):
             collective(buffer)
         elapsed = (clock() - start) / cfg.iters
+        cpu = (time.process_time() - cpu_start) / cfg.iters
         # The slowest rank sets the time, as a job waits for it.
         seconds = distributed.max_across_ranks(ctx, elapsed)
+        # What one all-reduce costs a rank's CPUs (all its threads, user and system): on a
+        # CPU job, gloo's copies and sums take this from the training compute beside it.
+        cpu_s = distributed.sum_across_ranks(ctx, [cpu])[0] / ctx.world_size
         algbw, busbw = bandwidths(count * dtype.itemsize, seconds, ctx.world_size)
         row = {"size_bytes": count * dtype.itemsize, "count": count, "time_s": seconds,
-               "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
+               "cpu_time_s": cpu_s, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
         if cfg.check:
             # A fresh pattern: the timed buffer has been summed into itself many times.
             checked = pattern(count, ctx.rank, dtype, ctx.device)

@@ -113,11 +113,16 @@ class GradientTraffic:
 
     def begin_step(self, now: float) -> None:
         self._origin = now
-        self._step = {"ready": [], "sent": 0, "duration": None}
+        self._step = {"ready": [], "done": [], "sent": 0, "duration": None}
 
     def bucket_ready(self, buffer_bytes: int) -> None:
         if self._step is not None:
             self._step["ready"].append((time.perf_counter() - self._origin, buffer_bytes))
+
+    def bucket_done(self) -> None:
+        """Called from the thread that completes a bucket's future (gloo's or NCCL's)."""
+        if self._step is not None:
+            self._step["done"].append(time.perf_counter() - self._origin)
 
     def end_step(self, now: float) -> None:
         if self._step is not None:
@@ -141,6 +146,9 @@ class GradientTraffic:
                 "buffer_bytes": buffer_bytes,
                 # Each bucket's share of what the step sent, in proportion to its size.
                 "sent_bytes": [sent * b / total for b in buffer_bytes],
+                "done_s": [statistics.median(s["done"][i] for s in steps)
+                           for i in range(usual)]
+                if all(len(s["done"]) == usual for s in steps) else None,
                 "step_s": statistics.median(s["duration"] for s in steps),
                 "steps": len(steps)}
 
@@ -193,16 +201,24 @@ def comm_hook(cfg: DistributedConfig):
 class _ObservedHook:
     """The configured hook, with each bucket's ready time noted first.
 
+    ``note_done``: note when each bucket's all-reduce ends (on CPU only: a CUDA future's
+    callback runs when the work is queued, not done).
+
     ``serialize``: wait for the previous bucket's hook to finish before starting the next.
     gloo needs every rank to issue its collectives in the same order, and PowerSGD issues
     its second and third all-reduce from callbacks on gloo's threads, which would race the
     next bucket's first (seen as "Received data size doesn't match expected size").
     """
 
-    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool) -> None:
+    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool,
+                 note_done: bool) -> None:
         self.traffic, self.state, self.hook = traffic, state, hook
-        self.serialize = serialize
+        self.serialize, self.note_done = serialize, note_done
         self.pending = None
+
+    def done(self, future: torch.futures.Future) -> torch.Tensor:
+        self.traffic.bucket_done()
+        return future.value()
 
 
 # DDP checks the bucket annotation by identity, which a stringified annotation (from the
@@ -213,6 +229,8 @@ def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
     if observed.pending is not None:
         observed.pending.wait()
     future = observed.hook(observed.state, bucket)
+    if observed.note_done:
+        future = future.then(observed.done)
     if observed.serialize:
         observed.pending = future
     return future
@@ -229,7 +247,8 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
     _install_counter(traffic)
     state, hook = comm_hook(cfg)
     serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
-    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
+    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize,
+                                         note_done=ctx.device.type == "cpu"), _observed)
     return ddp
 
 

@@ -57,6 +57,8 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
     assert {r["hostname"] for r in comm["env"]["ranks"]} and comm["env"]["comm_env"][
         "GLOO_SOCKET_IFNAME"] == "eth0"
     assert all(row["wrong"] == 0 for row in comm["sizes"])
+    # gloo's copies and sums cost the ranks' CPUs: more for more bytes.
+    assert 0 < comm["sizes"][0]["cpu_time_s"] < comm["sizes"][-1]["cpu_time_s"]
     # The shaper is in the path: nothing crosses faster than the link (tbf's burst allows
     # a little over at 4 MiB).
     assert 0 < comm["busbw_largest_GBps"] <= 1.15 * LINK_GBPS

@@ -1,6 +1,7 @@
 """The prediction formula against hand-computed cases, and the CLI around it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -67,12 +68,73 @@ def test_lever_timelines():
 
 
 def test_link_from_an_allreduce_record():
-    rec = {"world_size": 2, "env": {"link": {"rate_bps": 10**9}},
-           "sizes": [{"time_s": 0.002, "busbw_GBps": 0.0005},
-                     {"time_s": 0.5, "busbw_GBps": 0.12}]}
+    # 4 ranks: each moves 2(4-1)/4 = 1.5x the 64 MB message; 48 ms of CPU for it.
+    rec = {"world_size": 4, "env": {"link": {"rate_bps": 10**9}},
+           "sizes": [{"size_bytes": 1024, "time_s": 0.002, "cpu_time_s": 0.001,
+                      "busbw_GBps": 0.0005},
+                     {"size_bytes": 64_000_000, "time_s": 0.8, "cpu_time_s": 0.048,
+                      "busbw_GBps": 0.12}]}
     link = Link.from_allreduce(rec)
     assert link.latency_s == 0.002 and link.busbw_Bps == pytest.approx(0.12e9)
-    assert link.rate_bps == 10**9
+    assert link.rate_bps == 10**9 and link.efficiency == pytest.approx(0.96)
+    assert link.cpu_latency_s == 0.001
+    assert link.cpu_s_per_bus_byte == pytest.approx(0.048 / (1.5 * 64e6))
+    # 2 nodes, 10 MB: 1 ms + 0.5 ns/byte x 1 x 10 MB = 6 ms.
+    assert link.allreduce_cpu_s(10e6, 2) == pytest.approx(0.006)
+    # The planned upgrade: the same efficiency, latency and CPU cost on a 5 Gbit wire.
+    upgrade = link.at_rate(5 * 10**9)
+    assert upgrade.busbw_Bps == pytest.approx(5e9 / 8 * 0.96)
+    assert (upgrade.latency_s, upgrade.cpu_s_per_bus_byte) == \
+        (link.latency_s, link.cpu_s_per_bus_byte)
+    # Records from before the sweep measured CPU time: no CPU cost.
+    for size in rec["sizes"]:
+        del size["cpu_time_s"]
+    assert Link.from_allreduce(rec).allreduce_cpu_s(10e6, 2) == 0
+
+
+# 12.5 MB takes 0.1 s on the 1 Gbit wire (2 nodes) and 0.08 s of one CPU.
+BUSY_GBIT = dataclasses.replace(GBIT, cpu_s_per_bus_byte=0.08 / 12.5e6)
+
+
+def test_all_reduce_cpu_work_slows_backward_on_one_cpu():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(12.5e6, 12.5e6), step_s=0.4,
+                        compute_cpus=1)
+    p = predict_step(timeline, BUSY_GBIT, 2)
+    # From 0.1 s bucket 0 wants 0.8 of the CPU and gets half: its 0.08 s of CPU take
+    # 0.16 s (done at 0.26 s), while backward runs at half speed (0.08 s of work done).
+    # Backward's last 0.12 s then run alone: it ends at 0.38 s, 0.08 s late. Bucket 1 has
+    # the CPU to itself (0.8 of it): wire speed, 0.38 to 0.48 s. The optimizer: 0.58 s.
+    assert p.step_s == pytest.approx(0.58)
+    assert p.stolen_s == pytest.approx(0.08) and p.exposed_s == pytest.approx(0.1)
+    assert p.comm_s == pytest.approx(0.16 + 0.1)
+    # On a GPU the same all-reduces cost backward nothing: 0.1-0.2 s, 0.3-0.4 s, then 0.1 s.
+    on_gpu = dataclasses.replace(timeline, compute_cpus=None)
+    assert predict_step(on_gpu, BUSY_GBIT, 2).step_s == pytest.approx(0.5)
+
+
+def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():
+    # 0.2 s of CPU for 0.1 s of wire: alone it takes its CPU time.
+    link = dataclasses.replace(GBIT, cpu_s_per_bus_byte=0.2 / 12.5e6)
+    timeline = Timeline(ready_s=(0.1,), sent_bytes=(12.5e6,), step_s=0.1, compute_cpus=1)
+    assert predict_step(timeline, link, 2).step_s == pytest.approx(0.3)
+
+
+def test_more_cpus_leave_backward_more():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(12.5e6, 12.5e6), step_s=0.4,
+                        compute_cpus=2)
+    # Two compute threads and gloo's on 2 CPUs: gloo gets at most 2/3 of a CPU, so bucket 0
+    # takes 0.08 / (2/3) = 0.12 s; backward runs at (2 - 2/3) / 2 = 2/3 speed meanwhile
+    # (0.08 s of work), ends 0.12 s later at 0.34 s; bucket 1 0.34-0.44 s; step 0.54 s.
+    p = predict_step(timeline, BUSY_GBIT, 2)
+    assert p.step_s == pytest.approx(0.54) and p.stolen_s == pytest.approx(0.04)
+
+
+def test_the_timeline_knows_where_it_computed():
+    rec = _record(1, "none", 1.0, 1.0)
+    assert Timeline.of(rec).compute_cpus is None
+    rec["config"]["distributed"]["device"] = "cpu"
+    rec["env"] = {"torch_threads": 3}
+    assert Timeline.of(rec).compute_cpus == 3
 
 
 def _record(nnodes: int, hook: str, sent: float, samples_per_s: float) -> dict:
@@ -106,7 +168,7 @@ def test_cli_puts_the_measurement_beside_the_prediction(tmp_path):
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "1150.0" and cells[2] == "27.8"
-    assert cells[7] == "25.0 (n=1)" and cells[8] == f"{25.0 / (32 / 1.15):.2f}"
+    assert cells[8] == "25.0 (n=1)" and cells[9] == f"{25.0 / (32 / 1.15):.2f}"
     assert "most help:" in proc.stdout
 
 
@@ -119,3 +181,41 @@ def test_cli_without_a_single_node_run_is_a_user_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
                            "--link", "fast"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "--link=fast" in proc.stderr
+
+
+def test_cli_needs_a_link(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps(_record(1, "none", 1.0, 1.0)) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--link" in proc.stderr and "--link-from" in proc.stderr
+
+
+def test_cli_moves_a_measured_link_to_the_planned_rate(tmp_path):
+    results, comm = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
+    rec = _record(1, "none", 125e6, 106.7)
+    rec["config"]["distributed"]["device"] = "cpu"
+    results.write_text(json.dumps(rec) + "\n")
+    # Measured on 1 Gbit: 0.9 Gbit/s busbw (90%), 40 ms of CPU per 50 MB.
+    sweep = {"mode": "allreduce", "status": "ok", "world_size": 2,
+             "env": {"link": {"rate_bps": 10**9}},
+             "sizes": [{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005,
+                        "busbw_GBps": 0.001},
+                       {"size_bytes": 50_000_000, "time_s": 50e6 / 0.1125e9,
+                        "cpu_time_s": 0.04, "busbw_GBps": 0.1125}]}
+    comm.write_text(json.dumps(sweep) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link-from", str(comm), "--link", "5gbit", "--nodes", "2"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "5 Gbit/s at the 90% efficiency" in proc.stdout
+    assert "0.50 ms per call + 0.80 ns per byte moved (taken from backward's CPUs)" \
+        in proc.stdout
+
+
+def test_the_median_repeat_stands_for_the_setup():
+    from bench.predict import single_node_runs
+
+    repeats = [_record(1, "none", 1.0, rate) for rate in (90.0, 60.0, 80.0, 85.0)]
+    (chosen,) = single_node_runs(repeats).values()
+    assert chosen["samples_per_s"] == 80.0      # the lower middle of 60, 80, 85, 90
