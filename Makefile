@@ -233,8 +233,10 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	$(PY) -m bench plot $(RESULTS:.jsonl=-comm.jsonl)
 
 bench-predict: LINK ?= 5gbit
-bench-predict: venv ## predict N nodes from the 1-node runs in RESULTS over a nominal LINK (NODES=2,4)
-	$(PY) -m bench predict $(or $(RESULTS),$(NEWEST_RESULTS)) --link $(LINK) --nodes $(or $(NODES),2,4)
+bench-predict: NODES ?= 2,4
+bench-predict: venv ## predict N nodes from the 1-node runs in RESULTS over LINK (5gbit; LINK_FROM=sweep measured on your link)
+	$(PY) -m bench predict $(or $(RESULTS),$(NEWEST_RESULTS)) --link $(LINK) \
+	  $(if $(LINK_FROM),--link-from $(LINK_FROM)) --nodes $(NODES)
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
 	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)

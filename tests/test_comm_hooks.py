@@ -58,7 +58,7 @@ def test_bytes_per_step_reflect_the_hook(tmp_path, hook, extra, expected):
     # Each bucket's all-reduce ends after it was handed over, and before the step does.
     assert len(timeline["done_s"]) == len(timeline["ready_s"])
     assert all(ready <= done <= timeline["step_s"]
-               for ready, done in zip(timeline["ready_s"], timeline["done_s"]))
+               for ready, done in zip(timeline["ready_s"], timeline["done_s"], strict=True))
     assert rec["comm_probe_steps"] == 2 and rec["step_time_nosync_s"] > 0
 
 

@@ -52,6 +52,30 @@ def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_p
     assert bench_containers() == []
 
 
+def test_the_allreduce_workload_runs_over_ssh_in_containers(loopback_sshd, cpu_image, tmp_path,
+                                                            staged_fashion_mnist):
+    # The workload reaches each host's container as BENCH_MODULE, through SSH and Compose.
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\n"
+                        f"DATA_MOUNT_OPTIONS=bind\nDATA_DEVICE={staged_fashion_mnist}\n"
+                        "GLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    results = tmp_path / "comm.jsonl"
+    proc = run_matrix("--workload", "allreduce", "--launcher", "ssh", "--hosts", HOSTS,
+                      "--runtime", "compose", "--image", cpu_image, "--env-file",
+                      str(env_file), "--profile", "cpu", "--ssh-config",
+                      str(loopback_sshd / "ssh_config"), "--topologies", "2x1",
+                      "--results", str(results), "--", "--max-size", "64KiB", "--iters", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = list(record.read(results))
+    validate(rec)
+    assert rec["mode"] == "allreduce" and rec["status"] == "ok"
+    assert (rec["nnodes"], rec["world_size"]) == (2, 2)
+    assert rec["env"]["image_id"].startswith("sha256:")
+    assert [row["size_bytes"] for row in rec["sizes"]] == [2**k for k in range(10, 17)]
+    assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in rec["sizes"])
+    assert bench_containers() == []
+
+
 def test_ssh_refuses_an_unknown_host_key_before_starting(loopback_sshd, tmp_path):
     results = tmp_path / "runs.jsonl"
     proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
