@@ -22,6 +22,11 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   than r_last. At 1 Gbit this is small beside the wire time; at 5 Gbit on one CPU per node
   it is most of it. On GPUs it is not charged.
 
+Not modelled: ranks drifting apart between the all-reduces they share (PowerSGD has three
+per bucket), and hosts slowing each other when they run the same memory-bound phase at
+once. On emulated hosts here both make PowerSGD about 15% faster in prediction than
+measured; plain all-reduce came within 6% (results/reference/emulated-cpu/).
+
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
 ratio measured / predicted.

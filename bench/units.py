@@ -17,28 +17,27 @@ _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 _NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str, flag: str) -> int:
-    """``"512MiB"`` -> 536870912. Raises ConfigError naming ``flag``."""
+def _parse(text: str, flag: str, units: dict[str, int], examples: str, least: int,
+           least_text: str) -> int:
     match = _NUMBER.match(str(text))
     unit = match.group(2).lower() if match else None
-    if not match or unit not in _SIZE_UNITS:
-        raise ConfigError(flag, text, "a size such as 1KiB, 64MiB or 1GiB")
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-    if value < 1:
-        raise ConfigError(flag, text, "must be at least 1 byte")
+    if not match or unit not in units:
+        raise ConfigError(flag, text, f"a {examples}")
+    value = int(float(match.group(1)) * units[unit])
+    if value < least:
+        raise ConfigError(flag, text, f"must be at least {least_text}")
     return value
+
+
+def parse_size(text: str, flag: str) -> int:
+    """``"512MiB"`` -> 536870912. Raises ConfigError naming ``flag``."""
+    return _parse(text, flag, _SIZE_UNITS, "size such as 1KiB, 64MiB or 1GiB", 1, "1 byte")
 
 
 def parse_rate(text: str, flag: str) -> int:
     """``"1gbit"`` -> 1e9 bits per second (tc's spelling). Raises ConfigError naming ``flag``."""
-    match = _NUMBER.match(str(text))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _RATE_UNITS:
-        raise ConfigError(flag, text, "a link rate such as 1gbit, 5gbit or 100mbit")
-    value = int(float(match.group(1)) * _RATE_UNITS[unit])
-    if value < 1000:
-        raise ConfigError(flag, text, "must be at least 1kbit")
-    return value
+    return _parse(text, flag, _RATE_UNITS, "link rate such as 1gbit, 5gbit or 100mbit",
+                  1000, "1kbit")
 
 
 def format_size(size: float) -> str:

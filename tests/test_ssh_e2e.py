@@ -25,6 +25,15 @@ def check_two_host_record(results):
     return rec
 
 
+def compose_env(tmp_path, dataset):
+    """The example settings, with the staged dataset bound in and gloo on loopback."""
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\n"
+                        f"DATA_MOUNT_OPTIONS=bind\nDATA_DEVICE={dataset}\n"
+                        "GLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    return env_file
+
+
 def test_ssh_native_runs_one_node_per_host(loopback_sshd, tmp_path):
     results = tmp_path / "runs.jsonl"
     proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
@@ -37,10 +46,7 @@ def test_ssh_native_runs_one_node_per_host(loopback_sshd, tmp_path):
 
 def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_path,
                                                  staged_fashion_mnist):
-    env_file = tmp_path / "node.env"
-    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\n"
-                        f"DATA_MOUNT_OPTIONS=bind\nDATA_DEVICE={staged_fashion_mnist}\n"
-                        "GLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    env_file = compose_env(tmp_path, staged_fashion_mnist)
     results = tmp_path / "runs.jsonl"
     proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "compose",
                       "--image", cpu_image, "--env-file", str(env_file), "--profile", "cpu",
@@ -55,10 +61,7 @@ def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_p
 def test_the_allreduce_workload_runs_over_ssh_in_containers(loopback_sshd, cpu_image, tmp_path,
                                                             staged_fashion_mnist):
     # The workload reaches each host's container as BENCH_MODULE, through SSH and Compose.
-    env_file = tmp_path / "node.env"
-    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\n"
-                        f"DATA_MOUNT_OPTIONS=bind\nDATA_DEVICE={staged_fashion_mnist}\n"
-                        "GLOO_SOCKET_IFNAME=lo\nOMP_NUM_THREADS=1\n")
+    env_file = compose_env(tmp_path, staged_fashion_mnist)
     results = tmp_path / "comm.jsonl"
     proc = run_matrix("--workload", "allreduce", "--launcher", "ssh", "--hosts", HOSTS,
                       "--runtime", "compose", "--image", cpu_image, "--env-file",
