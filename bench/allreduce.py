@@ -38,7 +38,7 @@ from bench.config import (
     resolve_device,
 )
 from bench.loop import make_clock
-from bench.options import ConfigError, add_flags, from_namespace, option, require
+from bench.options import add_flags, from_namespace, option, require
 from bench.units import format_size, parse_size
 
 PROG = "bench allreduce"
@@ -271,12 +271,7 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    try:
-        cfg = AllreduceConfig.from_args(argv, prog)
-    except ConfigError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
-    return run(cfg)
+    return job.main(argv, prog, AllreduceConfig.from_args, run)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import torch
 
 from bench import distributed, provenance, record
 from bench.config import DistributedConfig
+from bench.options import ConfigError
 
 
 class ExpectedFailure(RuntimeError):
@@ -44,6 +45,17 @@ def one_line(error: BaseException) -> str:
 
 
 Measure = Callable[[distributed.DistContext, dict], None]
+
+
+def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callable) -> int:
+    """A job's command line: ``parse(argv, prog)`` validates the config (a user error is one
+    line and exit 2, before anything runs or is written), then ``run_config(cfg)``."""
+    try:
+        cfg = parse(argv, prog)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return run_config(cfg)
 
 
 def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measure: Measure,

@@ -421,6 +421,9 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
         nodes = parse_positive_ints(args.nodes, "--nodes")
         if args.latency < 0:
             raise ConfigError("--latency", args.latency, "must be 0 or more seconds")
+        if args.latency and args.link_from:
+            raise ConfigError("--latency", args.latency, "only sets a nominal link's latency; "
+                              "--link-from uses the measured one: drop --latency")
         chosen_link = link_of(args)
         records = select([r for f in args.results for r in record.read(f)],
                          parse_where(args.where))

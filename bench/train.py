@@ -11,7 +11,7 @@ import sys
 import torch
 
 from bench import distributed, job, manifest, record, summary
-from bench.config import ConfigError, TrainConfig
+from bench.config import TrainConfig
 from bench.data import build_data
 from bench.loop import Precision, Trainer, comm_probe, make_clock, run_epochs, run_steps
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
@@ -109,12 +109,7 @@ def run(cfg: TrainConfig) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    try:
-        cfg = TrainConfig.from_args(argv, prog)
-    except ConfigError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
-    return run(cfg)
+    return job.main(argv, prog, TrainConfig.from_args, run)
 
 
 if __name__ == "__main__":

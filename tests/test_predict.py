@@ -189,6 +189,11 @@ def test_cli_needs_a_link(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results)],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "--link" in proc.stderr and "--link-from" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link-from", str(results), "--latency", "0.001"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--latency=0.001" in proc.stderr \
+        and "drop --latency" in proc.stderr
 
 
 def test_cli_moves_a_measured_link_to_the_planned_rate(tmp_path):
