@@ -33,12 +33,14 @@ from bench import distributed, job, record
 from bench.config import (
     BACKENDS,
     DEVICES,
+    MAX_TIMEOUT_S,
     DistributedConfig,
     OneLineErrorParser,
     resolve_device,
 )
 from bench.loop import make_clock
-from bench.options import add_flags, from_namespace, option, require
+from bench.options import add_flags, from_namespace, option, require, require_range
+from bench.paths import check_writable_file
 from bench.units import format_size, parse_size
 
 PROG = "bench allreduce"
@@ -49,6 +51,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 PATTERN_PERIOD = 8
 MAX_CHECKED_RANKS = 32
 DEFAULT_MAX_SIZE = {"cuda": "512MiB", "cpu": "64MiB"}
+MAX_MESSAGE_BYTES = 16 << 30
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -71,11 +74,10 @@ class AllreduceConfig:
     sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        require(self.iters >= 1, "iters", self.iters, "must be a positive integer")
-        require(self.warmup_iters >= 0, "warmup_iters", self.warmup_iters, "must be 0 or more")
-        require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
-        require(not self.results.is_dir(), "results", self.results,
-                "is a directory: give a file path such as results/runs.jsonl")
+        require_range(self.iters, "iters", 1, 1_000_000)
+        require_range(self.warmup_iters, "warmup_iters", 0, 1_000_000)
+        require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
+        check_writable_file(self.results, "--results")
         self.device, self.backend = resolve_device(self.device, self.backend)
         if self.max_size == "auto":
             self.max_size = DEFAULT_MAX_SIZE[self.device]
@@ -86,6 +88,8 @@ class AllreduceConfig:
                 f"element ({element} bytes)")
         require(high >= low, "max_size", self.max_size, f"must be at least --min-size "
                 f"({self.min_size})")
+        # Every rank allocates the largest message twice (data and check): 16 GiB bounds it.
+        require(high <= MAX_MESSAGE_BYTES, "max_size", self.max_size, "must be at most 16GiB")
         self.sizes = message_sizes(low, high)
 
     @classmethod

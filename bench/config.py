@@ -14,8 +14,18 @@ import sys
 import typing
 from pathlib import Path
 
+from bench.manifest import MANIFEST_NAME
 from bench.models import MODELS
-from bench.options import ConfigError, add_flags, from_namespace, option, require
+from bench.options import (
+    ConfigError,
+    add_flags,
+    checks_environment,
+    from_namespace,
+    option,
+    require,
+    require_range,
+)
+from bench.paths import check_writable_file
 
 MODEL_NAMES = tuple(MODELS)
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
@@ -24,6 +34,8 @@ DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
 BACKENDS = ("auto", "nccl", "gloo")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+MAX_BATCH_SIZE = 1 << 20
+MAX_TIMEOUT_S = 7 * 86400   # a week: longer is a typo, and would outlive any deadline
 
 # Files each on-disk format must have, checked before anything starts.
 FASHION_MNIST_FILES = (
@@ -48,17 +60,16 @@ class ModelConfig:
         require(self.model in MODEL_NAMES, "model", self.model, f"one of {', '.join(MODEL_NAMES)}")
         if self.image_size is None:
             self.image_size = 28 if self.model in ("mlp", "smallcnn") else 224
-        require(self.image_size >= 8, "image_size", self.image_size, "must be at least 8")
+        require_range(self.image_size, "image_size", 8, 4096)
         if self.model == "vit_b_16":
             require(self.image_size % 16 == 0, "image_size", self.image_size,
                     "vit_b_16 needs a multiple of 16 (its patch size)")
         if self.model.startswith("resnet"):
             require(self.image_size >= 32, "image_size", self.image_size,
                     "resnets downsample 32x: use 32 or more")
-        require(self.num_classes is None or self.num_classes >= 2, "num_classes",
-                self.num_classes, "must be at least 2")
-        require(self.mlp_width >= 1, "mlp_width", self.mlp_width, "must be a positive integer")
-        require(self.mlp_depth >= 1, "mlp_depth", self.mlp_depth, "must be a positive integer")
+        require_range(self.num_classes, "num_classes", 2, 1_000_000, optional=True)
+        require_range(self.mlp_width, "mlp_width", 1, 1 << 20)
+        require_range(self.mlp_depth, "mlp_depth", 1, 1024)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -82,22 +93,26 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         require(self.data in DATA_SOURCES, "data", self.data, f"one of {', '.join(DATA_SOURCES)}")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be a positive integer")
-        require(self.workers >= 0, "workers", self.workers, "must be 0 or more")
+        require_range(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
+        require_range(self.workers, "workers", 0, 256)
         require(self.manifest_check in MANIFEST_CHECKS, "manifest_check", self.manifest_check,
                 f"one of {', '.join(MANIFEST_CHECKS)}")
-        require(self.manifest_sample >= 1, "manifest_sample", self.manifest_sample,
-                "must be a positive integer")
+        require_range(self.manifest_sample, "manifest_sample", 1, 10_000_000)
         for name in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, name)
-            require(value is None or value >= 1, name, value, "must be a positive integer")
+            require_range(getattr(self, name), name, 1, 1 << 40, optional=True)
         if self.data == "synthetic":
             return
         require(self.data_dir is not None, "data_dir", None,
                 f"--data {self.data} needs --data-dir pointing at the dataset")
         assert self.data_dir is not None  # narrowed for type checkers
-        if self.data == "cifar10" and self.download:
-            return  # torchvision creates and fills the directory
+        if not checks_environment():
+            return
+        if self.data == "cifar10" and self.download and not self.data_dir.is_dir():
+            # torchvision creates and fills the directory: there is no manifest to check.
+            require(self.manifest_check == "off", "manifest_check", self.manifest_check,
+                    "a fresh --download has no MANIFEST.sha256: stage it with `bench dataset "
+                    "stage cifar10 --download` (which writes one), or pass --manifest-check off")
+            return
         download_hint = " (add --download for cifar10)" if self.data == "cifar10" else ""
         require(self.data_dir.is_dir(), "data_dir", self.data_dir,
                 "no such directory" + download_hint)
@@ -112,6 +127,13 @@ class DataConfig:
         elif self.data == "imagefolder":
             require((self.data_dir / "train").is_dir(), "data_dir", self.data_dir,
                     "imagefolder needs train/<class>/<image> (and optionally val/<class>/...)")
+        # Without a manifest there is nothing to check the bytes against: training on them
+        # unverified is the user's explicit choice, never a silent fallback.
+        require(self.manifest_check == "off" or (self.data_dir / MANIFEST_NAME).is_file(),
+                "manifest_check", self.manifest_check,
+                f"{self.data_dir} has no {MANIFEST_NAME}: stage the dataset with `bench "
+                "dataset stage` (which writes one), or pass --manifest-check off to train on "
+                "unverified files")
 
 
 def find_idx_file(directory: Path, name: str) -> Path | None:
@@ -141,19 +163,17 @@ class ScheduleConfig:
     def __post_init__(self) -> None:
         require((self.steps is None) != (self.epochs is None), "steps",
                 self.steps, "give exactly one of --steps (throughput) or --epochs (time to train)")
-        require(self.steps is None or self.steps >= 1, "steps", self.steps,
-                "must be a positive integer")
-        require(self.epochs is None or self.epochs >= 1, "epochs", self.epochs,
-                "must be a positive integer")
-        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be 0 or more")
-        require(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
-                "target_accuracy", self.target_accuracy, "must be in (0, 1]")
+        require_range(self.steps, "steps", 1, 10_000_000, optional=True)
+        require_range(self.epochs, "epochs", 1, 100_000, optional=True)
+        require_range(self.warmup_steps, "warmup_steps", 0, 1_000_000)
+        require_range(self.target_accuracy, "target_accuracy", 0, 1, low_open=True,
+                      optional=True)
         require(self.target_accuracy is None or self.epochs is not None, "target_accuracy",
                 self.target_accuracy, "only applies with --epochs")
-        require(self.lr > 0, "lr", self.lr, "must be positive")
-        require(self.log_every >= 0, "log_every", self.log_every, "must be 0 or more")
-        require(self.comm_probe_steps >= 0, "comm_probe_steps", self.comm_probe_steps,
-                "must be 0 or more")
+        require_range(self.lr, "lr", 0, 100, low_open=True)
+        require_range(self.seed, "seed", 0, 2**32 - 1)
+        require_range(self.log_every, "log_every", 0, 10_000_000)
+        require_range(self.comm_probe_steps, "comm_probe_steps", 0, 100_000)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -194,16 +214,14 @@ class DistributedConfig:
     def __post_init__(self) -> None:
         require(self.device in DEVICES, "device", self.device, f"one of {', '.join(DEVICES)}")
         require(self.backend in BACKENDS, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
-        require(self.timeout > 0, "timeout", self.timeout, "must be positive seconds")
-        require(self.bucket_cap_mb > 0, "bucket_cap_mb", self.bucket_cap_mb, "must be positive")
-        require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "must be a positive integer")
+        require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
+        require_range(self.bucket_cap_mb, "bucket_cap_mb", 0, 65536, low_open=True)
+        require_range(self.grad_accum, "grad_accum", 1, 4096)
         require(self.comm_hook in COMM_HOOKS, "comm_hook", self.comm_hook,
                 f"one of {', '.join(COMM_HOOKS)}")
-        require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank,
-                "must be a positive integer")
+        require_range(self.powersgd_rank, "powersgd_rank", 1, 4096)
         # torch's PowerSGD needs at least 2 plain steps to set up its error feedback.
-        require(self.powersgd_warmup >= 2, "powersgd_warmup", self.powersgd_warmup,
-                "must be at least 2")
+        require_range(self.powersgd_warmup, "powersgd_warmup", 2, 1_000_000)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -214,8 +232,9 @@ class OutputConfig:
                            "appended to")
 
     def __post_init__(self) -> None:
-        require(not self.results.is_dir(), "results", self.results,
-                "is a directory: give a file path such as results/runs.jsonl")
+        # Checked before training: a record that cannot be written is a measurement lost.
+        if checks_environment():
+            check_writable_file(self.results, "--results")
 
 
 SECTIONS = {
@@ -255,7 +274,8 @@ class TrainConfig:
                     self.schedule.warmup_steps, f"must cover --powersgd-warmup "
                     f"({hook.powersgd_warmup}) so every timed step is compressed: raise "
                     "--warmup-steps or lower --powersgd-warmup")
-        self._resolve_device()
+        if checks_environment():
+            self._resolve_device()
 
     def _resolve_device(self) -> None:
         dist = self.distributed

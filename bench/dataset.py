@@ -14,6 +14,8 @@ from pathlib import Path
 
 from bench import manifest
 from bench.config import FASHION_MNIST_FILES, OneLineErrorParser, find_idx_file
+from bench.options import ConfigError, require_range
+from bench.paths import child
 
 DEFAULT_SOURCES = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
 DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
@@ -22,6 +24,15 @@ DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
 def _fail(prog: str, message: str) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
+
+
+def _remove(path: Path) -> None:
+    """Remove an entry of the export that ``child`` has proven to lie inside it: a link is
+    unlinked, never followed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
@@ -58,11 +69,18 @@ def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> 
 
 
 def stage(args: argparse.Namespace, prog: str) -> int:
-    dest = args.export / (args.name or args.dataset)
+    if args.export.exists() and not args.export.is_dir():
+        raise ConfigError("--export", args.export, "is not a directory: give the export "
+                          "directory, e.g. nfs/export")
+    # The destination is removed and replaced below: its name must be one plain component
+    # that resolves inside the export, never ../x, . or /abs/dir.
+    dest = child(args.export, args.name or args.dataset, "--name")
+    if args.src is not None and not args.src.is_dir():
+        raise ConfigError("--src", args.src, "no such directory")
     # Staged beside the destination and renamed into place only when complete: a bad
     # --src or a failed copy leaves neither a half-filled directory nor a damaged old copy.
-    staging = dest.with_name(f".{dest.name}.staging")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = args.export / f".{dest.name}.staging"
+    _remove(staging)
     staging.mkdir(parents=True)
     try:
         problem = _stage_files(args.dataset, args.src, staging, args.download)
@@ -72,10 +90,10 @@ def stage(args: argparse.Namespace, prog: str) -> int:
         for path in [staging, *staging.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         manifest.write(staging)
-        shutil.rmtree(dest, ignore_errors=True)
+        _remove(dest)
         staging.rename(dest)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging)
     written = dest / manifest.MANIFEST_NAME
     print(f"staged {args.dataset} in {dest}: {len(manifest.parse(written))} files, manifest "
           f"{written} (sha256 {manifest.sha256_file(written)[:16]})")
@@ -83,6 +101,7 @@ def stage(args: argparse.Namespace, prog: str) -> int:
 
 
 def verify(args: argparse.Namespace, prog: str) -> int:
+    require_range(args.sample, "sample", 0, 10_000_000)
     if not (args.directory / manifest.MANIFEST_NAME).is_file():
         return _fail(prog, f"{args.directory}: no {manifest.MANIFEST_NAME}; stage it first")
     try:
@@ -111,7 +130,10 @@ def main(argv: list[str] | None = None, prog: str = "bench dataset") -> int:
     p_verify.add_argument("directory", type=Path)
     p_verify.add_argument("--sample", type=int, default=0, help="check N random files only")
     args = parser.parse_args(argv)
-    return stage(args, prog) if args.action == "stage" else verify(args, prog)
+    try:
+        return stage(args, prog) if args.action == "stage" else verify(args, prog)
+    except ConfigError as error:
+        return _fail(prog, str(error))
 
 
 if __name__ == "__main__":

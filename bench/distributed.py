@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import statistics
 import time
@@ -253,12 +254,25 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
 
 
 def all_gather_objects(ctx: DistContext, obj: object) -> list:
-    """Every rank's ``obj``, in rank order (just ``[obj]`` for a single process)."""
+    """Every rank's ``obj`` (JSON-serialisable), in rank order (``[obj]`` for one process).
+
+    Sent as JSON bytes in a tensor, not through ``all_gather_object``: that one unpickles
+    whatever a peer sends, and a pickle can run code. A peer on the job's network can still
+    send bad JSON, which fails the run; it cannot run anything here."""
     if not ctx.is_distributed:
         return [obj]
-    gathered: list = [None] * ctx.world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered
+    device = _collective_device(ctx)
+    payload = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(ctx.world_size)]
+    dist.all_gather(sizes, torch.tensor([payload.numel()], dtype=torch.int64, device=device))
+    longest = max(int(size.item()) for size in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+    padded[:payload.numel()] = payload
+    gathered = [torch.empty(longest, dtype=torch.uint8, device=device)
+                for _ in range(ctx.world_size)]
+    dist.all_gather(gathered, padded)
+    return [json.loads(bytes(chunk[:int(size.item())].tolist()).decode())
+            for chunk, size in zip(gathered, sizes, strict=True)]
 
 
 def max_across_ranks(ctx: DistContext, value: float) -> float:

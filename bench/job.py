@@ -88,18 +88,25 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
     # Only rank 0 writes; another rank's failure is its exit code and its message, and
     # rank 0 fails its next collective or records its own view.
     leader = ctx is None or ctx.is_leader
+    where, lost = "rank 0 writes the record", False
     if leader:
-        record.append(results, rec)
+        # Printed first: a launcher captures it from stdout even when the append fails
+        # (a full disk, a results directory gone), so the measurement is never lost.
         record.emit(rec)
+        where = f"record appended to {results}"
+        try:
+            record.append(results, rec)
+        except OSError as error:
+            lost = True
+            where = (f"could not append the record to {results} ({error}); it was printed "
+                     "after the marker above")
     try:
         distributed.shutdown(synchronized=rec["status"] == "ok")
     except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
         pass
-    if rec["status"] == "ok":
+    if rec["status"] == "ok" and not lost:
         if leader:
-            print(f"[bench] ok: {ok_text(rec)}; record appended to {results}",
-                  file=sys.stderr)
+            print(f"[bench] ok: {ok_text(rec)}; {where}", file=sys.stderr)
         return 0
-    where = f"record appended to {results}" if leader else "rank 0 writes the record"
-    print(f"{prog}: FAILED ({rec['status']}): {rec['error']}; {where}", file=sys.stderr)
+    print(f"{prog}: FAILED ({rec['status']}): {rec.get('error')}; {where}", file=sys.stderr)
     return 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 MANIFEST_NAME = "MANIFEST.sha256"
 CHUNK = 1 << 20
@@ -46,6 +46,11 @@ def parse(manifest: Path) -> dict[str, str]:
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64:
             raise ManifestMismatch(f"{manifest}:{number}: not a sha256sum line: {line!r}")
+        # A listed name is read as data_dir / name: it must stay inside the dataset.
+        parts = PurePosixPath(name).parts
+        if not parts or name.startswith("/") or ".." in parts:
+            raise ManifestMismatch(f"{manifest}:{number}: {name!r} is not a path inside the "
+                                   "dataset")
         entries[name] = digest
     return entries
 
@@ -54,13 +59,26 @@ def verify(data_dir: Path, mode: str, sample: int, seed: int = 0) -> str | None:
     """Check the files against the manifest; returns the manifest's own SHA-256.
 
     ``mode`` is ``all``, ``sample`` (``sample`` files drawn with ``seed``) or ``off``.
-    Returns None when there is no manifest or checking is off. Raises ManifestMismatch
+    Returns None when checking is off; a missing manifest is refused earlier, by the config
+    (``DataConfig``), and here raises ManifestMismatch. Raises ManifestMismatch
     naming the first file that is missing or differs.
     """
     manifest = data_dir / MANIFEST_NAME
-    if mode == "off" or not manifest.is_file():
+    if mode == "off":
         return None
+    if not manifest.is_file():
+        raise ManifestMismatch(f"{manifest} is missing: stage the dataset with `bench dataset "
+                               "stage`, or pass --manifest-check off")
     entries = sorted(parse(manifest).items())
+    if mode == "all":
+        # A file the manifest does not list (an added image, a planted batch) would be read
+        # by the dataset loader all the same.
+        listed = {name for name, _ in entries}
+        extra = [p for p in dataset_files(data_dir)
+                 if p.relative_to(data_dir).as_posix() not in listed]
+        if extra:
+            raise ManifestMismatch(f"dataset file {extra[0]} is not listed in {manifest} "
+                                   f"({len(extra)} unlisted): restage the dataset")
     if mode == "sample" and len(entries) > sample:
         entries = sorted(random.Random(seed).sample(entries, sample))
     for name, expected in entries:

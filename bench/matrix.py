@@ -19,16 +19,32 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
 
-from bench import provenance, record
+from bench import record
 from bench.allreduce import AllreduceConfig
-from bench.config import BACKENDS, COMM_HOOKS, PRECISIONS, OneLineErrorParser, TrainConfig
-from bench.launchers.nodes import JobOutcome
+from bench.config import (
+    BACKENDS,
+    COMM_HOOKS,
+    MAX_TIMEOUT_S,
+    PRECISIONS,
+    OneLineErrorParser,
+    TrainConfig,
+)
+from bench.failures import describe_failure, failure_record
 from bench.models import MODELS
-from bench.options import ConfigError
+from bench.options import (
+    MAX_PORT,
+    MIN_PORT,
+    ConfigError,
+    check_image,
+    finite_float,
+    require_range,
+)
+from bench.paths import check_writable_file
 from bench.topology import (
     Topology,
     parse_choices,
@@ -39,6 +55,7 @@ from bench.topology import (
 from bench.units import parse_rate
 
 LAUNCHERS = ("native", "compose", "ssh", "netns")
+PORT_SPAN = 100   # ports above --master-port the jobs of a matrix take in turn
 WORKLOADS = {"train": "bench.train", "allreduce": "bench.allreduce"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
 DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
@@ -138,7 +155,7 @@ class MatrixConfig:
         p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
         p.add_argument("--resume", action="store_true",
                        help="skip repeats that already have an ok record")
-        p.add_argument("--deadline", type=float, default=1800.0,
+        p.add_argument("--deadline", type=finite_float, default=1800.0,
                        help="seconds a job may run before every node is stopped")
         p.add_argument("--rdzv-timeout", type=int, default=120,
                        help="seconds a node waits for the others at the rendezvous")
@@ -174,10 +191,20 @@ class MatrixConfig:
         if a.launcher != "netns" and (a.link or a.cpus_per_node):
             raise ConfigError("--link" if a.link else "--cpus-per-node",
                               a.link or a.cpus_per_node, "only with --launcher netns")
-        if a.cpus_per_node is not None and a.cpus_per_node < 1:
-            raise ConfigError("--cpus-per-node", a.cpus_per_node, "must be a positive integer")
-        if a.repeats < 1:
-            raise ConfigError("--repeats", a.repeats, "must be a positive integer")
+        require_range(a.cpus_per_node, "cpus_per_node", 1, os.cpu_count() or 1, optional=True)
+        require_range(a.repeats, "repeats", 1, 1000)
+        require_range(a.deadline, "deadline", 0, MAX_TIMEOUT_S, low_open=True)
+        require_range(a.rdzv_timeout, "rdzv_timeout", 1, 86400)
+        # Each job takes a fresh port above --master-port (see ``run``).
+        require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
+        check_writable_file(a.results, "--results")
+        if a.image is not None:
+            check_image(a.image, "--image")
+        if a.remote_dir is not None and not a.remote_dir.startswith("/"):
+            raise ConfigError("--remote-dir", a.remote_dir, "must be an absolute path on the "
+                              "hosts, e.g. /srv/bench")
+        if a.ssh_config is not None and not a.ssh_config.is_file():
+            raise ConfigError("--ssh-config", a.ssh_config, "no such file")
         hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
         if hosts:
             most = max(t.nodes for t in topologies)
@@ -234,42 +261,6 @@ def finished_repeats(results: Path) -> dict[tuple, int]:
     return counts
 
 
-def failure_record(cfg: TrainConfig | AllreduceConfig, topology: Topology) -> dict:
-    """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
-    if isinstance(cfg, AllreduceConfig):
-        from bench.allreduce import skeleton
-
-        rec = skeleton(cfg)
-    else:
-        from bench.train import skeleton
-
-        rec = skeleton(cfg)
-        rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
-                                    * cfg.distributed.grad_accum)
-    rec.update(world_size=topology.devices, nnodes=topology.nodes,
-               nproc_per_node=topology.procs, env=provenance.collect(None, gather=False))
-    rec["status"], rec["error"] = "error", "no node wrote a record"
-    return rec
-
-
-def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
-    """Name the node that failed first, and its last lines, in the record."""
-    node = outcome.culprit
-    if node is None:  # nobody failed: the deadline stopped them
-        rec["status"] = "timeout"
-        rec["error"] = f"the job passed its deadline of {deadline_s:.0f} s"
-        return rec
-    last = next((line for line in reversed(node.last_lines) if line.strip()), "")
-    reason = f"{node.host} (node {node.rank}) exited {node.returncode}: {last[:300]}"
-    trainer_said = rec.get("error") if rec.get("status") != "ok" else None
-    rec["error"] = f"{reason}; rank 0: {trainer_said}" if trainer_said else reason
-    if rec.get("status") == "ok":
-        rec["status"] = "error"
-    rec["failed_node"] = {"rank": node.rank, "host": node.host,
-                          "returncode": node.returncode, "last_lines": node.last_lines[-8:]}
-    return rec
-
-
 def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
     """Seconds from the job's launch to its first step's end, and from its last step's end
     to the record being written (teardown included)."""
@@ -312,7 +303,8 @@ def run(cfg: MatrixConfig, launch) -> int:
               flush=True)
         job_id = f"{matrix_id}-c{index}r{repeat}"
         log_dir = cfg.results.parent / "logs" / job_id
-        port = cfg.master_port + (number % 50) * 2  # a fresh port: no TIME_WAIT collisions
+        # A fresh port per job: no TIME_WAIT collisions.
+        port = cfg.master_port + (number % (PORT_SPAN // 2)) * 2
         launched = time.time()
         outcome = launch(cell, args, job_id, port, log_dir / "trainer.jsonl", log_dir)
         durations.append(outcome.seconds)

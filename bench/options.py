@@ -7,12 +7,25 @@ and the help live in one place; ``add_flags`` turns a config class into argparse
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import dataclasses
+import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# Unprivileged TCP ports: a benchmark has no business binding below 1024.
+MIN_PORT, MAX_PORT = 1024, 65535
+# A Docker image reference: [registry[:port]/]name[/name...][:tag][@sha256:digest], lower-case
+# path components. Never starts with "-", so it cannot become an option of docker or compose.
+_IMAGE_REF = re.compile(
+    r"^(?:[a-zA-Z0-9][a-zA-Z0-9.-]*(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 
 
 class ConfigError(ValueError):
@@ -36,6 +49,18 @@ def flag_of(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+def finite_float(text: str) -> float:
+    """argparse type for real-valued flags: ``nan`` and ``inf`` parse as floats but would
+    disable a deadline or poison a record, so they are refused where they enter."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+finite_float.__name__ = "finite number"  # argparse names the type in its error
+
+
 def _base_type(hint: Any) -> type:
     """``int | None`` -> ``int``; ``Path`` -> ``Path``."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -57,7 +82,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
-            kwargs["type"] = kind if kind in (int, float, Path) else str
+            kwargs["type"] = {int: int, float: finite_float, Path: Path}.get(kind, str)
             if meta.get("choices"):
                 kwargs["choices"] = list(meta["choices"])
             if meta.get("metavar"):
@@ -75,3 +100,49 @@ def require(condition: bool, field_name: str, value: object, allowed: str) -> No
     """Raise ConfigError for ``field_name`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(flag_of(field_name), value, allowed)
+
+
+def require_range(value: float | None, field_name: str, low: float, high: float, *,
+                  low_open: bool = False, optional: bool = False) -> None:
+    """``value`` is a finite number in [low, high] (or (low, high] with ``low_open``); None
+    passes where ``optional``. Every number that enters gets a bound: a huge value is as
+    sure a typo as a negative one, and nan or inf would slip past ``<`` comparisons."""
+    if value is None and optional:
+        return
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+    above = finite and (value > low if low_open else value >= low)
+    if isinstance(value, int) and not low_open and low in (0, 1):
+        allowed = f"must be {'a positive integer' if low else '0 or more'}, at most {high:,}"
+    else:
+        allowed = (f"must be a number in ({low:g}, {high:,.10g}]" if low_open
+                   else f"must be in {low:,.10g}-{high:,.10g}")
+    require(bool(above and value <= high), field_name, value, allowed)
+
+
+def check_image(reference: str, setting: str) -> str:
+    """``reference`` if it is a well-formed image reference, else ConfigError."""
+    if len(reference) > 255 or not _IMAGE_REF.match(reference):
+        raise ConfigError(setting, reference or "''", "is not an image reference such as "
+                          "bench-trainer:cpu or registry.example:5000/lab/trainer:1.0")
+    return reference
+
+
+_ON_HEAD = contextvars.ContextVar("bench_config_on_head", default=False)
+
+
+@contextlib.contextmanager
+def on_head():
+    """Parse a rank's config where the job is launched from, not where it runs: only the
+    pure checks (types, ranges, combinations) apply, because the data directory, the
+    results path and the devices are the node's, not this host's."""
+    token = _ON_HEAD.set(True)
+    try:
+        yield
+    finally:
+        _ON_HEAD.reset(token)
+
+
+def checks_environment() -> bool:
+    """Whether config validation may look at files and devices (False under ``on_head``)."""
+    return not _ON_HEAD.get()

@@ -27,14 +27,32 @@ def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
     return int(distributed.max_across_ranks(ctx, float(peak))), kind
 
 
+def verify_dataset(cfg: TrainConfig, ctx: distributed.DistContext) -> str | None:
+    """Before anything trains, every node must read the bytes the manifest promises. One
+    process per node reads them (an ImageNet-size export over NFS must not be read once per
+    rank); every rank then learns whether any node failed, so all stop together."""
+    digest, problem = None, None
+    if ctx.local_rank == 0:
+        try:
+            digest = manifest.verify(cfg.data.data_dir, cfg.data.manifest_check,
+                                     cfg.data.manifest_sample, cfg.schedule.seed)
+        except manifest.ManifestMismatch as mismatch:
+            problem = mismatch
+    # 1 + the highest failing node's rank, or 0 when every node matched.
+    failed = int(distributed.max_across_ranks(ctx, float(ctx.node_rank + 1 if problem else 0)))
+    if problem:
+        raise problem
+    if failed:
+        raise manifest.ManifestMismatch(f"the dataset does not match its manifest on node "
+                                        f"{failed - 1} (that node's log names the file)")
+    return digest
+
+
 def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
     rec["global_batch_size"] = cfg.data.batch_size * cfg.distributed.grad_accum * ctx.world_size
     if cfg.data.data_dir is not None:
-        # Before anything trains: every node must read the bytes the manifest promises.
-        rec["dataset_manifest_sha256"] = manifest.verify(
-            cfg.data.data_dir, cfg.data.manifest_check, cfg.data.manifest_sample,
-            cfg.schedule.seed)
+        rec["dataset_manifest_sha256"] = verify_dataset(cfg, ctx)
     torch.manual_seed(cfg.schedule.seed)  # same initial weights on every rank
     channels = MODELS[cfg.model.model].in_channels
     data = build_data(cfg.data, channels=channels, size=cfg.model.image_size,

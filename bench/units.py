@@ -18,7 +18,7 @@ _NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def _parse(text: str, flag: str, units: dict[str, int], examples: str, least: int,
-           least_text: str) -> int:
+           least_text: str, most: int, most_text: str) -> int:
     match = _NUMBER.match(str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in units:
@@ -26,18 +26,21 @@ def _parse(text: str, flag: str, units: dict[str, int], examples: str, least: in
     value = int(float(match.group(1)) * units[unit])
     if value < least:
         raise ConfigError(flag, text, f"must be at least {least_text}")
+    if value > most:
+        raise ConfigError(flag, text, f"must be at most {most_text}")
     return value
 
 
 def parse_size(text: str, flag: str) -> int:
     """``"512MiB"`` -> 536870912. Raises ConfigError naming ``flag``."""
-    return _parse(text, flag, _SIZE_UNITS, "size such as 1KiB, 64MiB or 1GiB", 1, "1 byte")
+    return _parse(text, flag, _SIZE_UNITS, "size such as 1KiB, 64MiB or 1GiB", 1, "1 byte",
+                  1 << 40, "1TiB")
 
 
 def parse_rate(text: str, flag: str) -> int:
     """``"1gbit"`` -> 1e9 bits per second (tc's spelling). Raises ConfigError naming ``flag``."""
     return _parse(text, flag, _RATE_UNITS, "link rate such as 1gbit, 5gbit or 100mbit",
-                  1000, "1kbit")
+                  1000, "1kbit", 10**12, "1000gbit")
 
 
 def format_size(size: float) -> str:

@@ -47,8 +47,25 @@ def test_sample_checks_only_some_files_and_off_checks_none(tmp_path):
     assert manifest.verify(tmp_path, "off", 1) is None
 
 
-def test_no_manifest_means_nothing_to_check(tmp_path):
-    assert manifest.verify(tmp_path, "all", 1) is None
+def test_a_missing_manifest_is_refused_unless_checking_is_off(tmp_path):
+    with pytest.raises(manifest.ManifestMismatch, match="MANIFEST.sha256 is missing"):
+        manifest.verify(tmp_path, "all", 1)
+    assert manifest.verify(tmp_path, "off", 1) is None
+
+
+def test_a_file_the_manifest_does_not_list_fails_the_check(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"listed")
+    manifest.write(tmp_path)
+    (tmp_path / "planted.bin").write_bytes(b"not listed")
+    with pytest.raises(manifest.ManifestMismatch, match="planted.bin is not listed"):
+        manifest.verify(tmp_path, "all", 1)
+
+
+@pytest.mark.parametrize("name", ["../outside.bin", "/etc/hostname", "a/../../b"])
+def test_a_manifest_entry_outside_the_dataset_is_refused(tmp_path, name):
+    (tmp_path / manifest.MANIFEST_NAME).write_text(f"{'0' * 64}  {name}\n")
+    with pytest.raises(manifest.ManifestMismatch, match="not a path inside the dataset"):
+        manifest.verify(tmp_path, "all", 1)
 
 
 def test_staging_with_a_bad_source_leaves_the_export_untouched(tmp_path, capsys):

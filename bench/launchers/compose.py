@@ -108,9 +108,13 @@ def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
-    from bench.config import OneLineErrorParser
-    from bench.options import ConfigError
+    from bench import record
+    from bench.config import MAX_TIMEOUT_S, OneLineErrorParser, TrainConfig
+    from bench.failures import describe_failure, failure_record
+    from bench.options import ConfigError, check_image, finite_float, on_head, require_range
+    from bench.paths import check_writable_file
     from bench.settings import NodeSettings, check_data_volume, load
+    from bench.topology import Topology
 
     argv = sys.argv[1:] if argv is None else argv
     trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -129,19 +133,26 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
                         "other nodes start elsewhere; default: every node on this host")
     parser.add_argument("--image", required=True)
     parser.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
-    parser.add_argument("--deadline", type=float, default=1800.0,
+    parser.add_argument("--deadline", type=finite_float, default=1800.0,
                         help="seconds before every node is stopped (default: %(default)s)")
     args = parser.parse_args(own)
-    if not args.env_file.is_file():
-        print(f"{prog}: error: --env-file={args.env_file}: no such file", file=sys.stderr)
-        return 2
-    values = load(args.env_file)
-    overrides = {"NNODES": args.nnodes, "NPROC_PER_NODE": args.nproc_per_node,
-                 "MASTER_PORT": args.master_port}
-    values.update({k: str(v) for k, v in overrides.items() if v is not None})
-    if not args.only_this_node:
-        values["NODE_RANK"] = "0"  # every rank runs here; rank 0's view is checked
     try:
+        if not args.env_file.is_file():
+            raise ConfigError("--env-file", args.env_file, "no such file: copy "
+                              "compose/.env.example to compose/.env and edit it")
+        check_image(args.image, "--image")
+        require_range(args.deadline, "deadline", 0, MAX_TIMEOUT_S, low_open=True)
+        check_writable_file(args.results, "--results")
+        # The trainer's flags, checked here as far as they can be off the node: a typo is
+        # one line now, not a failed container later; and the config makes the row below.
+        with on_head():
+            train_cfg = TrainConfig.from_args(trainer_args, "bench train")
+        values = load(args.env_file)
+        overrides = {"NNODES": args.nnodes, "NPROC_PER_NODE": args.nproc_per_node,
+                     "MASTER_PORT": args.master_port}
+        values.update({k: str(v) for k, v in overrides.items() if v is not None})
+        if not args.only_this_node:
+            values["NODE_RANK"] = "0"  # every rank runs here; rank 0's view is checked
         node = NodeSettings.parse(values, args.profile)
         check_data_volume(node, timeout=5)
         job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=node.nnodes,
@@ -154,15 +165,25 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    records = outcome.records()
+    # Rank 0 writes the job's one row; when it could not (a node died first, rank 0 hung
+    # or never started), the row is written here. A node other than 0 started on its own
+    # leaves the row to node 0's host.
+    if not records and job.only_rank in (None, 0):
+        rec = failure_record(train_cfg, Topology(node.nnodes, node.nproc_per_node))
+        if not outcome.ok:
+            rec = describe_failure(rec, outcome, args.deadline)
+        record.append(args.results, rec)
+        records = [rec]
     if outcome.timed_out:
         print(f"{prog}: the job passed its --deadline of {args.deadline:.0f} s and was stopped",
               file=sys.stderr)
     if outcome.culprit:
         print(f"{prog}: {outcome.culprit.host} exited {outcome.culprit.returncode}; last lines:"
               "\n  " + "\n  ".join(outcome.culprit.last_lines[-5:]), file=sys.stderr)
-    records = outcome.records()
     for rec in records:
-        print(f"{prog}: record {rec['run_id']} status {rec['status']} in {args.results}",
+        print(f"{prog}: record {rec['run_id']} status {rec['status']}"
+              + (f" ({rec['error']})" if rec.get("error") else "") + f" in {args.results}",
               file=sys.stderr)
     return 0 if outcome.ok and records else 1
 

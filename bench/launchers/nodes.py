@@ -62,26 +62,58 @@ class JobOutcome:
         return found
 
 
+def _open_log(log_path: Path | None, host: str):
+    if log_path is None:
+        return None
+    try:
+        return open(log_path, "a", encoding="utf-8")
+    except OSError as error:
+        print(f"[{host}] warning: cannot write its log {log_path} ({error}); its output "
+              "still reaches this console", file=sys.stderr)
+        return None
+
+
 def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
-    log = open(log_path, "a", encoding="utf-8") if log_path else None
+    """Copy a node's output to the console and its log until the node closes it. Nothing
+    here may stop reading: a node blocked on a full pipe would hang the job, so a log that
+    cannot be written is dropped with a warning, and the pump goes on."""
+    log = _open_log(log_path, node.host)
+    record_line = False
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
-            sys.stderr.write(f"[{node.host}] {line}")
             node.output.append(line.rstrip("\n"))
+            # The record is data for the launcher and the results file, not for the console.
+            if not record_line and line.rstrip("\n") != record.MARKER:
+                sys.stderr.write(f"[{node.host}] {line}")
+            record_line = line.rstrip("\n") == record.MARKER
             if log:
-                log.write(line)
-                log.flush()
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError as error:
+                    print(f"[{node.host}] warning: its log {log_path} stopped ({error})",
+                          file=sys.stderr)
+                    log.close()
+                    log = None
     finally:
         if log:
-            log.close()
-    node.last_lines = node.output[-TAIL_LINES:]
+            try:
+                log.close()
+            except OSError:
+                pass
+        node.last_lines = node.output[-TAIL_LINES:]
 
 
 def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path | None = None,
               cleanup: Callable[[], None] | None = None, cwd: Path | None = None) -> JobOutcome:
     """Start every node's command, wait for all; stop all on the first failure or deadline."""
     if log_dir:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # the job still runs; its output reaches the console
+            print(f"warning: cannot create the log directory {log_dir} ({error})",
+                  file=sys.stderr)
+            log_dir = None
     started = time.monotonic()
     procs: list[subprocess.Popen] = []
     nodes: list[NodeOutcome] = []
