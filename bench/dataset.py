@@ -39,33 +39,42 @@ def _copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, dirs_exist_ok=True)
 
 
-def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> str | None:
-    """Copy the dataset into ``dest``; returns an error message for the user, or None."""
+def _check_source(dataset: str, src: Path | None, download: bool) -> Path | None:
+    """The source directory, checked before anything is created; ConfigError if unusable."""
     if dataset == "fashion-mnist":
         src = src or DEFAULT_SOURCES[dataset]
-        files = [find_idx_file(src, name) for name in FASHION_MNIST_FILES]
-        if not all(files):
-            return (f"--src {src}: Fashion-MNIST idx files not found; install Debian's "
-                    "dataset-fashion-mnist or point --src at the four idx files")
-        for path in files:
-            shutil.copy2(path, dest / path.name)
-    elif dataset == "cifar10":
-        if download:
-            from torchvision.datasets import CIFAR10
-
-            CIFAR10(dest, train=True, download=True)
-            (dest / "cifar-10-python.tar.gz").unlink(missing_ok=True)
-        elif src is None or not (src / "cifar-10-batches-py").is_dir():
-            return f"--src {src}: needs a directory holding cifar-10-batches-py (or --download)"
-        else:
-            _copy_tree(src / "cifar-10-batches-py", dest / "cifar-10-batches-py")
+        if not all(find_idx_file(src, name) for name in FASHION_MNIST_FILES):
+            raise ConfigError("--src", src, "Fashion-MNIST idx files not found; install "
+                              "Debian's dataset-fashion-mnist or point --src at the four "
+                              "idx files")
+    elif dataset == "cifar10" and not download:
+        if src is None or not (src / "cifar-10-batches-py").is_dir():
+            raise ConfigError("--src", src, "needs a directory holding cifar-10-batches-py "
+                              "(or --download)")
     elif dataset == "imagefolder":
         if src is None or not (src / "train").is_dir():
-            return f"--src {src}: needs a directory with train/<class>/<image> (and val/)"
+            raise ConfigError("--src", src, "needs a directory with train/<class>/<image> "
+                              "(and val/)")
+    return src
+
+
+def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> None:
+    """Copy the dataset from its checked source into ``dest``."""
+    if dataset == "fashion-mnist":
+        for name in FASHION_MNIST_FILES:
+            path = find_idx_file(src, name)
+            shutil.copy2(path, dest / path.name)
+    elif dataset == "cifar10" and download:
+        from torchvision.datasets import CIFAR10
+
+        CIFAR10(dest, train=True, download=True)
+        (dest / "cifar-10-python.tar.gz").unlink(missing_ok=True)
+    elif dataset == "cifar10":
+        _copy_tree(src / "cifar-10-batches-py", dest / "cifar-10-batches-py")
+    elif dataset == "imagefolder":
         for split in ("train", "val"):
             if (src / split).is_dir():
                 _copy_tree(src / split, dest / split)
-    return None
 
 
 def stage(args: argparse.Namespace, prog: str) -> int:
@@ -74,18 +83,15 @@ def stage(args: argparse.Namespace, prog: str) -> int:
                           "directory, e.g. nfs/export")
     # The destination is removed and replaced below: its name must be one plain component
     # that resolves inside the export, never ../x, . or /abs/dir.
-    dest = child(args.export, args.name or args.dataset, "--name")
-    if args.src is not None and not args.src.is_dir():
-        raise ConfigError("--src", args.src, "no such directory")
+    dest = child(args.export, args.dataset if args.name is None else args.name, "--name")
+    src = _check_source(args.dataset, args.src, args.download)
     # Staged beside the destination and renamed into place only when complete: a bad
     # --src or a failed copy leaves neither a half-filled directory nor a damaged old copy.
     staging = args.export / f".{dest.name}.staging"
     _remove(staging)
     staging.mkdir(parents=True)
     try:
-        problem = _stage_files(args.dataset, args.src, staging, args.download)
-        if problem:
-            return _fail(prog, problem)
+        _stage_files(args.dataset, src, staging, args.download)
         # The export is root-squashed: clients read as nobody, so everything is world-readable.
         for path in [staging, *staging.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)

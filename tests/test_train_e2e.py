@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from bench import train
+from bench import manifest, train
 from bench.loop import Trainer
 from conftest import dump, free_port, launch, validate
 
@@ -44,8 +44,9 @@ def test_synthetic_steps_two_processes(tmp_path):
     assert "step 2/4" in result.stderr, "progress is shown"
 
 
-def test_fashion_mnist_epochs_two_processes_learns(tmp_path, fashion_mnist_dir):
-    args = ["--epochs", "2", "--data", "fashion-mnist", "--data-dir", str(fashion_mnist_dir),
+def test_fashion_mnist_epochs_two_processes_learns(tmp_path, staged_fashion_mnist):
+    data_dir = staged_fashion_mnist / "fashion-mnist"   # staged: checked against its manifest
+    args = ["--epochs", "2", "--data", "fashion-mnist", "--data-dir", str(data_dir),
             "--model", "smallcnn", "--batch-size", "32", "--lr", "0.05",
             "--max-train-samples", "4000", "--max-eval-samples", "1000", "--workers", "1",
             "--target-accuracy", "0.5"]
@@ -54,6 +55,8 @@ def test_fashion_mnist_epochs_two_processes_learns(tmp_path, fashion_mnist_dir):
     rec = result.records[0]
     validate(rec)
     assert rec["mode"] == "epochs" and len(rec["epochs"]) == 2
+    assert rec["dataset_manifest_sha256"] == manifest.sha256_file(
+        data_dir / manifest.MANIFEST_NAME)
     assert rec["eval_accuracy"] > 0.5, "clearly above chance (10%)"
     assert rec["eval_accuracy"] == rec["epochs"][-1]["eval_accuracy"]
     assert rec["time_to_target_s"] is not None
@@ -139,6 +142,7 @@ def test_imagefolder_trains_and_evaluates(tmp_path):
             folder.mkdir(parents=True)
             for i in range(count):
                 Image.new("RGB", (40, 30), (colour, colour - i, colour)).save(folder / f"{i}.png")
+    manifest.write(root)
     results = tmp_path / "runs.jsonl"
     code = train.main(["--epochs", "2", "--data", "imagefolder", "--data-dir", str(root),
                        "--model", "smallcnn", "--image-size", "28", "--batch-size", "4",
