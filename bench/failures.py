@@ -20,7 +20,11 @@ from bench.topology import Topology
 _FAILED_LINE = re.compile(r"bench (?:train|allreduce): FAILED \((\w+)\): (.*?)"
                           r"(?:; (?:record appended to|rank 0 writes|could not append).*)?$")
 # Lines that carry no cause: torchrun's ChildFailedError banner and its boilerplate.
+# A user error a rank refused before it could start (``bench.job.main``).
+_USER_ERROR = re.compile(r"(bench (?:train|allreduce): error: .*)$")
 _NOISE = re.compile(r"^\s*(?:=+|-+|Failures:|<NO_OTHER_FAILURES>|Root Cause.*|"
+                    r".*ChildFailedError.*|.*torch\.distributed\.elastic.*|"
+                    r"Traceback \(most recent call last\):|File \".*\", line \d+.*|"
                     r"\[\d+\]:|time\s*:.*|host\s*:.*|rank\s*:.*|exitcode\s*:.*|"
                     r"error_file\s*:.*|traceback\s*:.*|.*To enable traceback see.*|"
                     r"\S+ FAILED)\s*$")
@@ -35,6 +39,10 @@ def failure_cause(lines: list[str]) -> tuple[str | None, str]:
         match = _FAILED_LINE.search(line)
         if match and match.group(1) in STATUSES:
             return match.group(1), match.group(2).strip()
+    for line in reversed(lines):
+        match = _USER_ERROR.search(line)
+        if match:
+            return "error", match.group(1)
     meaningful = [line.strip() for line in lines if line.strip() and not _NOISE.match(line)]
     errorish = [line for line in meaningful if _ERRORISH.search(line)]
     chosen = errorish[-1] if errorish else (meaningful[-1] if meaningful else "")

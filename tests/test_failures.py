@@ -1,0 +1,81 @@
+"""The row of a failed job names its real cause, not torchrun's banner."""
+from __future__ import annotations
+
+import pytest
+
+from bench.failures import NO_RECORD, describe_failure, failure_cause
+from bench.launchers.nodes import JobOutcome, NodeOutcome
+
+TORCHRUN_BANNER = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "bench.train FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2026-11-22_08:00:00",
+    "  host      : node",
+    "  rank      : 1 (local_rank: 0)",
+    "  exitcode  : 1 (pid: 42)",
+    "  error_file: <N/A>",
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+    "============================================================",
+]
+
+CAUSES = {
+    "the trainer's own verdict": (
+        ["[bench] resnet18 on 2 x cpu", "bench train: FAILED (timeout): DistBackendError: "
+         "Timed out waiting 15000ms for recv operation; rank 0 writes the record",
+         *TORCHRUN_BANNER],
+        "timeout", "DistBackendError: Timed out waiting 15000ms for recv operation"),
+    "a config refused on the node": (
+        ["bench train: error: --data-dir=/data/x: no such directory (see bench train --help)",
+         *TORCHRUN_BANNER], "error", "bench train: error: --data-dir=/data/x: no such"),
+    "a plain traceback": (
+        ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+         "RuntimeError: CUDA error: an illegal memory access", *TORCHRUN_BANNER],
+        None, "RuntimeError: CUDA error: an illegal memory access"),
+    "nothing but noise": (TORCHRUN_BANNER, None, ""),
+}
+
+
+@pytest.mark.parametrize("lines,status,cause", CAUSES.values(), ids=CAUSES.keys())
+def test_failure_cause_skips_the_banner(lines, status, cause):
+    found_status, found = failure_cause(lines)
+    assert found_status == status
+    assert found.startswith(cause) if cause else "=" not in found
+    assert "=====" not in found and "ChildFailedError" not in found
+
+
+def test_a_job_without_a_record_takes_the_culprits_status():
+    node = NodeOutcome(1, "node1", 1, [], ["bench train: FAILED (timeout): DistBackendError: "
+                                          "Timed out; rank 0 writes the record",
+                                          *TORCHRUN_BANNER])
+    outcome = JobOutcome([NodeOutcome(0, "node0", -15, [], []), node], timed_out=False,
+                         seconds=3.0, culprit=node)
+    rec = describe_failure({"status": "error", "error": NO_RECORD}, outcome, 600)
+    assert rec["status"] == "timeout"
+    assert rec["error"] == "node1 (node 1) exited 1: DistBackendError: Timed out"
+    assert rec["failed_node"]["rank"] == 1
+
+
+def test_rank_0s_own_failure_stays_the_rows_status():
+    node = NodeOutcome(1, "node1", 1, [], ["RuntimeError: peer closed", *TORCHRUN_BANNER])
+    outcome = JobOutcome([node], timed_out=False, seconds=3.0, culprit=node)
+    rec = describe_failure({"status": "oom", "error": "OutOfMemoryError: CUDA out of memory"},
+                           outcome, 600)
+    assert rec["status"] == "oom"
+    assert rec["error"].endswith("rank 0: OutOfMemoryError: CUDA out of memory")
+
+
+def test_a_deadline_is_a_timeout_with_the_last_output():
+    node = NodeOutcome(0, "node0", -15, [], ["[bench] step 7/100000"])
+    rec = describe_failure({"status": "error", "error": NO_RECORD},
+                           JobOutcome([node], timed_out=True, seconds=60.0), 60)
+    assert rec["status"] == "timeout"
+    assert rec["error"] == "the job passed its deadline of 60 s; last output: [bench] step 7/100000"
