@@ -137,6 +137,9 @@ CASES: dict[str, tuple[list[str], str]] = {
                                "--cpus-per-node", "0"), "--cpus-per-node"),
     "matrix image option": (bench("matrix", "--launcher", "compose", "--env-file",
                                   "{s}/node.env", "--image=--privileged"), "--image"),
+    "matrix image missing": (bench("matrix", "--launcher", "compose", "--env-file",
+                                   "{s}/node.env", "--image", "bench-no-such:image", "--",
+                                   "--steps", "1"), "--image"),
     "matrix trainer lr inf": (bench("matrix", "--", "--steps", "1", "--lr", "inf"), "--lr"),
     # --- compose
     "compose deadline nan": (bench("compose", "--env-file", "{s}/node.env", "--image",

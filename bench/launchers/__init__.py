@@ -35,6 +35,7 @@ def select(cfg: MatrixConfig) -> Launch:
     if cfg.launcher == "compose":
         from bench.launchers import compose
 
+        compose.image_identity(cfg.image)  # a missing image: one line now, not a failed job
         def launch_compose(cell, args, job_id, port, trainer_results, log_dir):
             job = compose.ComposeJob(
                 profile=cfg.profile, env_file=cfg.env_file,

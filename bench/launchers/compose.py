@@ -42,7 +42,8 @@ def image_identity(image: str) -> tuple[str, str]:
                           "{{.Id}} {{range .RepoDigests}}{{.}} {{end}}", image],
                          capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"image {image} not found: build it with `make build`")
+        raise RuntimeError(f"--image={image}: no such image here: build it with `make build` "
+                           "(GPU) or `make build-cpu`")
     image_id, *digests = out.stdout.split()
     return image_id, digests[0] if digests else image_id
 
