@@ -35,6 +35,7 @@ from bench.config import (
     TrainConfig,
 )
 from bench.failures import describe_failure, failure_record
+from bench.launchers.nodes import CONSOLE
 from bench.models import MODELS
 from bench.options import (
     MAX_PORT,
@@ -116,6 +117,7 @@ class MatrixConfig:
     workload: str = "train"
     link_bps: int | None = None
     cpus_per_node: int | None = None
+    verbose: bool = False
 
     @property
     def module(self) -> str:
@@ -162,6 +164,8 @@ class MatrixConfig:
         p.add_argument("--master-port", type=int, default=29500)
         p.add_argument("--image", help="compose/ssh+compose: the trainer image")
         p.add_argument("--env-file", type=Path, help="compose: the node settings file")
+        p.add_argument("--verbose", action="store_true", help="echo every node's output "
+                       "(default: one line per job; the output is in each job's logs)")
         p.add_argument("--profile", choices=("cpu", "gpu"), help="compose: the trainer "
                        "service (default: gpu where torch sees CUDA, else cpu)")
         a = p.parse_args(own)
@@ -237,7 +241,7 @@ class MatrixConfig:
                    env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
                    master_port=a.master_port, profile=a.profile or _default_profile(),
                    ssh_config=a.ssh_config, workload=a.workload, link_bps=link_bps,
-                   cpus_per_node=a.cpus_per_node)
+                   cpus_per_node=a.cpus_per_node, verbose=a.verbose)
 
 
 def _default_profile() -> str:
@@ -298,9 +302,11 @@ def run(cfg: MatrixConfig, launch) -> int:
     for number, (index, cell, repeat, args, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
             else "unknown"
-        print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}/"
-              f"{cfg.repeats} (job {number}/{len(jobs)}, ETA {eta})", file=sys.stderr,
-              flush=True)
+        # One line per job: its cell now, its outcome when it ends (node output goes to
+        # the job's logs, or to the console too with --verbose).
+        print(f"[matrix] job {number}/{len(jobs)} (ETA {eta}): cell {index} {cell.label()} "
+              f"repeat {repeat}/{cfg.repeats}", end="\n" if cfg.verbose else " ...",
+              file=sys.stderr, flush=True)
         job_id = f"{matrix_id}-c{index}r{repeat}"
         log_dir = cfg.results.parent / "logs" / job_id
         # A fresh port per job: no TIME_WAIT collisions.
@@ -318,10 +324,16 @@ def run(cfg: MatrixConfig, launch) -> int:
                          "link_bps": cfg.link_bps,
                          "logs": str(log_dir), "launched_at": launched,
                          "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
-        record.append(cfg.results, rec)
+        try:
+            record.append(cfg.results, rec)
+        except OSError as error:  # a full disk: keep the row where it can be recovered
+            print(f"\n[matrix] could not append to {cfg.results} ({error}); the record:",
+                  file=sys.stderr)
+            record.emit(rec)
         status = rec["status"]
-        print(f"[matrix] cell {index} repeat {repeat}: {status}"
-              + (f" ({rec['error']})" if status != "ok" else f", {_headline(rec)}")
+        print((f"[matrix] cell {index} repeat {repeat}:" if cfg.verbose else "")
+              + f" {status}" + (f" ({rec['error']}; logs: {log_dir})" if status != "ok"
+                                else f", {_headline(rec)}")
               + f" in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
         if status != "ok":
             failures.append((index, cell, repeat, rec))
@@ -346,6 +358,7 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
     except (ConfigError, RuntimeError) as error:  # bad input, or a host that cannot start
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    CONSOLE.echo = cfg.verbose
     started = time.monotonic()
     code = run(cfg, launch)
     print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)

@@ -20,6 +20,20 @@ from pathlib import Path
 from bench import record
 
 TAIL_LINES = 20
+# Lines that say nothing to a user: Compose v1's note on --exit-code-from, and c10d's
+# warning that a loopback peer has no resolvable name. They stay in the node logs.
+CONSOLE_NOISE = ("--exit-code-from implies", "hostname of the client socket cannot be")
+
+
+@dataclasses.dataclass(slots=True)
+class Console:
+    """Whether nodes' output is echoed to this console (the node logs always get it). A
+    single job shows it; the matrix shows one line per job and points at the logs."""
+
+    echo: bool = True
+
+
+CONSOLE = Console()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +97,8 @@ def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> N
         for line in proc.stdout:  # type: ignore[union-attr]
             node.output.append(line.rstrip("\n"))
             # The record is data for the launcher and the results file, not for the console.
-            if not record_line and line.rstrip("\n") != record.MARKER:
+            if CONSOLE.echo and not record_line and line.rstrip("\n") != record.MARKER \
+                    and not any(noise in line for noise in CONSOLE_NOISE):
                 sys.stderr.write(f"[{node.host}] {line}")
             record_line = line.rstrip("\n") == record.MARKER
             if log:
