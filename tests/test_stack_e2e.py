@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,13 +92,33 @@ def _nfs_url(path: str) -> str:
     return f"nfs://127.0.0.1/datasets/fashion-mnist/{path}?version=4"
 
 
-def _serve(docker_engine, export, clients):
+# Absolute: docker-compose 1.29 reads a relative seccomp path from the current directory,
+# Compose v2 from the compose file's (nfs/README.md); `make` passes it the same way.
+SECCOMP_PROFILE = str(REPO / "nfs" / "seccomp.json")
+
+
+def _serve(docker_engine, export, clients, env: dict | None = None):
     project = f"bench-nfstest-{os.getpid()}"
     env = {"NFS_EXPORT_DIR": str(export), "NFS_CLIENTS": clients,
-           "BENCH_ENV_FILE": str(EXAMPLE_ENV)}
+           "BENCH_ENV_FILE": str(EXAMPLE_ENV), "NFS_SECCOMP_PROFILE": SECCOMP_PROFILE,
+           **(env or {})}
     up = compose(docker_engine, ["-p", project, "--profile", "nfs", "up", "-d", "nfs"], env)
     assert up.returncode == 0, up.stderr
     return project, env
+
+
+def _container_pids(cid: str) -> set[int]:
+    top = subprocess.run(["docker", "top", cid, "-o", "pid"], capture_output=True, text=True,
+                         check=True).stdout.split()[1:]
+    return {int(pid) for pid in top}
+
+
+def _listeners(pids: set[int]) -> list[str]:
+    """`ss` lines of the TCP and UDP sockets these processes listen on (host networking: the
+    host's own network namespace)."""
+    ss = subprocess.run(["ss", "-Hltunp"], capture_output=True, text=True, check=True).stdout
+    return [line for line in ss.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]
 
 
 def test_nfs_server_serves_the_staged_dataset(docker_engine, nfs_image, staged_fashion_mnist):
@@ -122,16 +145,112 @@ def test_nfs_server_serves_the_staged_dataset(docker_engine, nfs_image, staged_f
     assert bench_containers() == []
 
 
-def test_nfs_server_refuses_clients_outside_nfs_clients(docker_engine, nfs_image,
-                                                         staged_fashion_mnist):
-    project, env = _serve(docker_engine, staged_fashion_mnist, "127.0.0.2/32")
-    try:
-        _wait_healthy(docker_engine, project, env)
-        listing = subprocess.run(["nfs-ls", _nfs_url("")], capture_output=True, text=True,
-                                 timeout=60)
-        assert listing.returncode != 0, "127.0.0.1 is not in NFS_CLIENTS"
-    finally:
-        compose(docker_engine, ["-p", project, "--profile", "nfs", "down", "-t", "2"], env)
+def test_nfs_server_listens_on_tcp_2049_only_with_one_capability(nfs_image,
+                                                                 staged_fashion_mnist):
+    """No rpcbind (111), no UDP: while the server is healthy and serving, its only listening
+    socket is TCP 2049; it runs with DAC_READ_SEARCH alone, under a seccomp filter. With
+    every Compose here: docker-compose 1.29 with the default profile path (from the
+    repository root), Compose v2 with the absolute one it needs."""
+    commands = _compose_commands()
+    assert commands
+    for command in commands:
+        v1 = command == ["docker-compose"]
+        project, env = _serve(command, staged_fashion_mnist, "127.0.0.1/32",
+                              {"NFS_SECCOMP_PROFILE": ""} if v1 else None)
+        try:
+            _check_hardened_server(command, project, env)
+        finally:
+            compose(command, ["-p", project, "--profile", "nfs", "down", "-t", "2"], env)
+        assert bench_containers() == []
+
+
+def _check_hardened_server(command, project, env):
+    _wait_healthy(command, project, env)
+    listing = subprocess.run(["nfs-ls", _nfs_url("")], capture_output=True, text=True,
+                             timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    cid = compose(command, ["-p", project, "--profile", "nfs", "ps", "-q", "nfs"],
+                  env).stdout.strip()
+    pids = _container_pids(cid)
+    names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids}
+    assert names == {"ganesha.nfsd"}, names  # no rpcbind, no dbus-daemon
+    listeners = _listeners(pids)
+    assert len(listeners) == 1, listeners
+    proto, state, _, _, local = listeners[0].split()[:5]
+    assert (proto, state, local.rsplit(":", 1)[1]) == ("tcp", "LISTEN", "2049"), listeners
+    ss = subprocess.run(["ss", "-Hltunp", "sport", "=", ":111"], capture_output=True,
+                        text=True, check=True).stdout
+    assert not any(f"pid={pid}," in ss for pid in pids), ss
+    # The grants, as the kernel sees them: CAP_DAC_READ_SEARCH (bit 2) and a filter.
+    (pid,) = pids
+    status = Path(f"/proc/{pid}/status").read_text()
+    assert re.search(r"^CapEff:\s+0*4$", status, re.M), status
+    assert re.search(r"^Seccomp:\s+2$", status, re.M), "seccomp filter mode"
+    assert re.search(r"^NoNewPrivs:\s+1$", status, re.M)
+    host = json.loads(subprocess.run(["docker", "inspect", cid], capture_output=True,
+                                     text=True, check=True).stdout)[0]["HostConfig"]
+    caps = [[cap.removeprefix("CAP_") for cap in host[key]] for key in ("CapDrop", "CapAdd")]
+    assert caps == [["ALL"], ["DAC_READ_SEARCH"]], caps  # Compose v2 writes CAP_...
+    assert not any("unconfined" in opt for opt in host["SecurityOpt"])
+    assert any('"name_to_handle_at"' in opt for opt in host["SecurityOpt"]), "our profile"
+
+
+@pytest.mark.parametrize("setting,value", [
+    ("NFS_CLIENTS", '127.0.0.1; } EXPORT { Export_Id = 2; Path = "/"; Pseudo = "/all"; '
+                    "Access_Type = RW; Squash = no_root_squash; FSAL { Name = VFS; } "
+                    "CLIENT { Clients = *"),
+    ("NFS_CLIENTS", "127.0.0.1\n} EXPORT {"),
+    ("NFS_CLIENTS", "0.0.0.0/0"),
+    ("NFS_PSEUDO_PATH", '/datasets"; Path = "/'),
+    ("NFS_SQUASH", "no_root_squash; Access_Type = RW"),
+], ids=["injection", "newline", "anyone", "pseudo-quote", "squash"])
+def test_nfs_server_entrypoint_refuses_a_hostile_value(nfs_image, setting, value):
+    """The container checks its settings itself: plain `docker run`, no `bench settings`."""
+    env = {"NFS_CLIENTS": "127.0.0.1/32", setting: value}
+    run = subprocess.run(["docker", "run", "--rm", "--network", "none",
+                          *[arg for k, v in env.items() for arg in ("-e", f"{k}={v}")],
+                          nfs_image], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"nfs: error: {setting}="), run.stderr
+
+
+def _compose_commands() -> list[list[str]]:
+    """Every Compose on this machine: docker-compose 1.29 and Compose v2 read env files with
+    different parsers, and a node may run either."""
+    found = [["docker-compose"]] if shutil.which("docker-compose") else []
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        found.append(["docker", "compose"])
+    return found
+
+
+def test_nfs_settings_are_the_values_compose_uses(docker_engine, tmp_path):
+    """`bench settings` reads the env file as Compose does: export lines, quotes, inline
+    comments, ${VAR:-default}, quoted values spanning lines (tests/test_settings.py)."""
+    from test_settings import TRICKY_ENV, TRICKY_EXPECTED
+
+    from bench.settings import INTERPOLATED, load
+
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + TRICKY_ENV)
+    shell = {k: v for k, v in os.environ.items() if k not in INTERPOLATED}
+    shell.update(FROM_SHELL=str(tmp_path), BENCH_ENV_FILE=str(env_file))
+    ours = load(env_file, environ=shell)
+    assert ours["NFS_CLIENTS"] == TRICKY_EXPECTED["NFS_CLIENTS"]
+    commands = _compose_commands()
+    assert commands
+    for command in commands:
+        config = subprocess.run(command + ["-f", str(COMPOSE_FILE), "--env-file", str(env_file),
+                                           "--profile", "nfs", "config"],
+                                cwd=REPO, capture_output=True, text=True, env=shell)
+        assert config.returncode == 0, (command, config.stderr)
+        nfs = config.stdout[config.stdout.index("\n  nfs:\n") + 1:]
+        nfs = nfs[:re.search(r"\n {0,2}[A-Za-z]", nfs).start()]
+        used = dict(re.findall(r"^ {6}(NFS_[A-Z_]+): ['\"]?([^'\"\n]*)['\"]?$", nfs, re.M))
+        assert set(used) == {"NFS_CLIENTS", "NFS_ALLOW_ANY_CLIENT", "NFS_ACCESS",
+                             "NFS_SQUASH", "NFS_PSEUDO_PATH"}, (command, nfs)
+        assert used == {k: ours.get(k, "no") for k in used}, (command, used, nfs)
+        assert str(tmp_path) in nfs, (command, nfs)  # NFS_EXPORT_DIR=${FROM_SHELL}
 
 
 def test_tampered_dataset_stops_the_run_naming_the_file(cpu_image, staged_fashion_mnist,
