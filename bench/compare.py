@@ -12,6 +12,7 @@ backend), and for each the ratio B/A of the medians, with a verdict:
 """
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -77,15 +78,17 @@ def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
     parser.add_argument("--format", default="pipe", help="a tabulate format")
     args = parser.parse_args(argv)
     try:
-        for path in (args.a, args.b):
-            if not path.is_file():
-                raise ConfigError("FILE", path, "no such results file")
         match = parse_group_by(args.match, "--match")
+        if not math.isfinite(args.threshold) or not 0 <= args.threshold < 1:
+            raise ConfigError("--threshold", args.threshold, "must be a fraction from 0 to "
+                              "below 1, e.g. 0.05 for 5%")
+        # Both sides must hold a valid record; invalid lines are skipped with a warning.
+        a_records, b_records = record.load(args.a, "A"), record.load(args.b, "B")
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    rows = compare(record.training(record.read(args.a)), record.training(record.read(args.b)),
-                   match, args.threshold)
+    rows = compare(record.training(a_records), record.training(b_records), match,
+                   args.threshold)
     if not rows:
         print(f"{prog}: no cell is in both files (matched on {', '.join(match)})",
               file=sys.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench import record
 from bench.config import OneLineErrorParser
+from bench.options import ConfigError
 from bench.table import FIELDS, metric_of
 from bench.topology import Topology
 
@@ -35,12 +36,17 @@ def _cells(records: list[dict]) -> dict[tuple, dict[tuple[int, Topology], list[f
         if rec.get("status") != "ok" or not rec.get(field):
             continue
         workload = tuple(FIELDS[f](rec) for f in WORKLOAD)
-        cell = (rec["batch_size_per_device"], Topology(rec["nnodes"], rec["nproc_per_node"]))
+        cell = (rec["batch_size_per_device"],
+                Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1))
         out.setdefault(workload, {}).setdefault(cell, []).append(rec[field])
     return out
 
 
-def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
+def plot(results: Path, out_dir: Path | None = None,
+         records: list[dict] | None = None) -> list[Path]:
+    """The charts of ``records`` (default: the valid ones of ``results``), named after
+    ``results`` and saved in ``out_dir`` (default: beside it)."""
+    records = record.load(results) if records is None else records
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -48,7 +54,7 @@ def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
 
     out_dir = out_dir or results.parent
     made = []
-    for workload, cells in _cells(record.training(record.read(results))).items():
+    for workload, cells in _cells(record.training(records)).items():
         _, name, higher_better = metric_of(workload[2])
         title = " · ".join(str(v) for v in workload)
         batches = sorted({b for b, _ in cells})
@@ -104,7 +110,8 @@ def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
         ax.set(xlabel="devices", ylabel="scaling efficiency % (100 = linear)", title=title)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # no line without a 1x1 run and another
+            ax.legend()
         made.append(_save(fig, f"{stem}-efficiency.png"))
 
         fig, ax = plt.subplots(figsize=(1.6 * len(topologies) + 3, 0.7 * len(batches) + 2))
@@ -122,8 +129,8 @@ def plot(results: Path, out_dir: Path | None = None) -> list[Path]:
                             color="black" if bright else "white")
         fig.colorbar(image, ax=ax, label=name)
         made.append(_save(fig, f"{stem}-heatmap.png"))
-    sweeps = [r for r in record.read(results)
-              if r.get("mode") == "allreduce" and r.get("status") == "ok"]
+    sweeps = [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
+              and r.get("sizes")]
     if sweeps:
         made.append(plot_busbw(sweeps, out_dir / f"{results.stem}-allreduce-busbw.png"))
     return made
@@ -167,10 +174,16 @@ def main(argv: list[str] | None = None, prog: str = "bench plot") -> int:
     parser.add_argument("results", type=Path)
     parser.add_argument("--out-dir", type=Path, help="default: beside the results file")
     args = parser.parse_args(argv)
-    if not args.results.is_file():
-        print(f"{prog}: error: {args.results}: no such results file", file=sys.stderr)
+    try:
+        # The file must hold a valid record; invalid lines are skipped with a warning.
+        records = record.load(args.results)
+        if args.out_dir is not None and not args.out_dir.is_dir():
+            raise ConfigError("--out-dir", args.out_dir, "is not a directory: create it or "
+                              "leave --out-dir out to save beside the results")
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    made = plot(args.results, args.out_dir)
+    made = plot(args.results, args.out_dir, records)
     if not made:
         print(f"{prog}: no ok records to plot in {args.results}", file=sys.stderr)
         return 1

@@ -120,7 +120,8 @@ def measured_rates(records: list[dict], link: Link) -> dict[tuple, list[float]]:
     for rec in record.training(records):
         rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
         if rec.get("status") == "ok" and (rec.get("nnodes") or 1) > 1 \
-                and link.rate_bps is not None and rate == link.rate_bps:
+                and link.rate_bps is not None and rate == link.rate_bps \
+                and (rec.get("samples_per_s") or 0) > 0:
             found.setdefault((setup_key(rec), rec["nnodes"]), []).append(rec["samples_per_s"])
     return found
 
@@ -319,19 +320,29 @@ def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
     the prediction."""
     repeats: dict[tuple, list[dict]] = {}
     for rec in record.training(records):
-        if rec.get("status") == "ok" and rec.get("nnodes") == 1 and rec.get("bucket_timeline"):
+        if rec.get("status") == "ok" and rec.get("nnodes") == 1 and _predictable(rec):
             repeats.setdefault(setup_key(rec), []).append(rec)
     return {key: sorted(recs, key=lambda r: r["samples_per_s"])[(len(recs) - 1) // 2]
             for key, recs in repeats.items()}
+
+
+def _predictable(rec: dict) -> bool:
+    """Whether a (schema-valid) record has what the model needs: a bucket timeline with a
+    bucket, a positive step time, a throughput and a global batch."""
+    timeline = rec.get("bucket_timeline") or {}
+    ready, sent = timeline.get("ready_s") or [], timeline.get("sent_bytes") or []
+    return bool(ready) and len(ready) == len(sent) and timeline.get("step_s", 0) > 0 \
+        and (rec.get("samples_per_s") or 0) > 0 and (rec.get("global_batch_size") or 0) > 0
 
 
 def link_of(args: argparse.Namespace) -> Link:
     """--link-from: the measured link; with --link too, that measurement moved to the
     nominal rate (the upgrade a lab plans, from the link it has); --link alone: nominal."""
     if args.link_from:
-        sweeps = [r for r in record.read(args.link_from)
+        sweeps = [r for r in record.load(args.link_from, "--link-from")
                   if r.get("mode") == "allreduce" and r.get("status") == "ok"
-                  and (r.get("world_size") or 0) > 1]
+                  and (r.get("world_size") or 0) > 1 and r.get("sizes")
+                  and r["sizes"][-1]["busbw_GBps"] > 0]
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
                               "over 2 or more ranks: run bench allreduce on the link first")
@@ -415,18 +426,17 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     from bench.table import parse_where, select
 
     try:
-        missing = [str(f) for f in args.results if not f.is_file()]
-        if missing:
-            raise ConfigError("results", missing[0], "no such file")
         nodes = parse_positive_ints(args.nodes, "--nodes")
-        if args.latency < 0:
-            raise ConfigError("--latency", args.latency, "must be 0 or more seconds")
+        if not math.isfinite(args.latency) or args.latency < 0:
+            raise ConfigError("--latency", args.latency, "must be 0 or more seconds (a finite "
+                              "number)")
         if args.latency and args.link_from:
             raise ConfigError("--latency", args.latency, "only sets a nominal link's latency; "
                               "--link-from uses the measured one: drop --latency")
+        where = parse_where(args.where)
+        # Each file must hold a valid record; invalid lines are skipped with a warning.
+        records = select([r for f in args.results for r in record.load(f, "results")], where)
         chosen_link = link_of(args)
-        records = select([r for f in args.results for r in record.read(f)],
-                         parse_where(args.where))
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2

@@ -1,17 +1,32 @@
 """Run records: one JSON object per run, appended atomically and echoed after a marker.
 
 The fields are documented in results/README.md and checked by ``record.schema.json``.
+
+Writers never produce invalid JSON: a non-finite float (a diverged loss) is written as
+``null``. Readers never trust a file: ``read`` yields only the lines that are UTF-8, strict
+JSON (no ``NaN`` or ``Infinity``), an object, and valid against the schema of its ``mode``,
+and warns ``FILE:LINE: skipped: why`` for every other line. The schemas are compiled once
+each, by ``compile_schema`` (standard library only), so reading works the same on the host
+and in the trainer image, which installs requirements.txt only (no jsonschema).
 """
 from __future__ import annotations
 
+import copy
 import fcntl
+import functools
 import json
+import math
 import os
+import re
+import stat
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+
+from bench.options import ConfigError
+from bench.schemacheck import UnsupportedSchema, compile_schema
 
 SCHEMA_VERSION = 1
 # A launcher captures the record from stdout: the line after this marker is the JSON.
@@ -19,7 +34,20 @@ MARKER = "==> bench-record <=="
 SCHEMA_PATH = Path(__file__).with_name("record.schema.json")
 ALLREDUCE_SCHEMA_PATH = Path(__file__).with_name("allreduce.schema.json")
 TRAINING_MODES = ("steps", "epochs")
+MODES = (*TRAINING_MODES, "allreduce")
 STATUSES = ("ok", "oom", "error", "timeout")
+# Per file, the skipped lines warned about one by one; the rest are counted in one line.
+MAX_WARNINGS = 20
+_MAX_REASON = 200  # characters of a skipped line's reason: hostile values can be huge
+
+
+class ResultsError(ConfigError):
+    """A results file that cannot be read, or holds no valid record: names the file (as the
+    setting it came from) and what to do."""
+
+    def __init__(self, path: Path, problem: str, setting: str = "FILE"):
+        self.path = path
+        super().__init__(setting, path, problem)
 
 
 def new_run_id() -> str:
@@ -30,6 +58,39 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# --- writing -------------------------------------------------------------------------------
+
+def finite(value):
+    """``value`` with every non-finite float (nan, inf) inside it replaced by None, tuples
+    as lists: what JSON can hold. Other values are returned as they are."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def _jsonable(value):
+    """json's fallback for what it cannot write: a numpy or torch scalar becomes its Python
+    number (nan as null), anything else its text, so a record is never lost to a type."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return finite(item())
+        except Exception:  # noqa: BLE001 - e.g. a tensor of more than one element
+            pass
+    if isinstance(value, set | frozenset):
+        return finite(sorted(value, key=str))
+    return str(value)
+
+
+def dumps(record: dict) -> str:
+    """One line of strict JSON: never ``NaN`` or ``Infinity`` (they are written as null)."""
+    return json.dumps(finite(record), sort_keys=True, allow_nan=False, default=_jsonable)
+
+
 def append(path: Path, record: dict) -> None:
     """Append ``record`` as one line, so concurrent writers never interleave.
 
@@ -37,7 +98,7 @@ def append(path: Path, record: dict) -> None:
     writer was killed mid-line, the file does not end in a newline: ours starts with one,
     so the torn fragment stays on its own (skipped) line and this record stays whole.
     """
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    line = (dumps(record) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -56,27 +117,176 @@ def append(path: Path, record: dict) -> None:
 def emit(record: dict, stream=None) -> None:
     """Print the record after the marker line, for a launcher to capture."""
     stream = stream or sys.stdout
-    stream.write(f"{MARKER}\n{json.dumps(record, sort_keys=True)}\n")
+    stream.write(f"{MARKER}\n{dumps(record)}\n")
     stream.flush()
 
 
 def parse_stdout(text: str) -> list[dict]:
-    """Every record printed after a marker in a captured stdout."""
+    """Every record printed after a marker in a captured stdout (a line after a marker
+    that is not a JSON object, e.g. output cut off by a killed node, is left out)."""
     lines = text.splitlines()
-    return [json.loads(lines[i + 1]) for i, line in enumerate(lines[:-1]) if line == MARKER]
+    found = []
+    for i, line in enumerate(lines[:-1]):
+        if line == MARKER:
+            try:
+                rec = json.loads(lines[i + 1])
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):
+                found.append(rec)
+    return found
 
 
-def read(path: Path) -> Iterator[dict]:
-    """The records in a results file, skipping (and reporting) torn lines."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
+# --- reading -------------------------------------------------------------------------------
+
+class _Invalid(ValueError):
+    """Why one line of a results file is not a record."""
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise _Invalid(f"non-finite number {text[:40]} (JSON numbers are finite)")
+    return value
+
+
+def _constant(text: str):
+    raise _Invalid(f"non-finite number {text} (JSON has no NaN or Infinity)")
+
+
+# parse_float costs a Python call per number: only lines that could hold a number too large
+# for a float (an exponent of 3 digits, or 200 digits in a row) are parsed with it.
+_STRICT_DECODER = json.JSONDecoder(parse_float=_float, parse_constant=_constant)
+_DECODER = json.JSONDecoder(parse_constant=_constant)
+_MAYBE_HUGE = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{200}")
+_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number",
+          bool: "a boolean", type(None): "null"}
+
+
+def _parse(raw: bytes, validate: bool) -> dict:
+    """The record on one line, or _Invalid saying why it is none."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Invalid(f"not valid UTF-8 (byte {error.start + 1})") from None
+    try:
+        rec = (_STRICT_DECODER if _MAYBE_HUGE.search(text) else _DECODER).decode(text)
+    except json.JSONDecodeError as error:
+        raise _Invalid(f"not JSON, a torn or corrupt line ({error.msg} at column "
+                       f"{error.colno})") from None
+    except RecursionError:
+        raise _Invalid("JSON nested too deeply") from None
+    except _Invalid:
+        raise
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise _Invalid(f"not a usable JSON value ({_short(str(error), 80)})") from None
+    if not isinstance(rec, dict):
+        raise _Invalid(f"{_KINDS.get(type(rec), 'a value')}, not a record object")
+    if validate:
+        problem = problem_of(rec)
+        if problem:
+            raise _Invalid(problem)
+    return rec
+
+
+def problem_of(rec: dict) -> str | None:
+    """Why ``rec`` is not a valid record of its mode, or None when it is one."""
+    mode = rec.get("mode")
+    if mode not in MODES:
+        return (f"no mode field, so no record of {'/'.join(MODES)}" if "mode" not in rec
+                else f"mode {_short(repr(mode), 60)} is none of {', '.join(MODES)}")
+    try:
+        problem = _validator(mode)(rec)
+    except RecursionError:
+        return "nested too deeply"
+    return f"not a valid {mode} record: {problem}" if problem else None
+
+
+def _short(text: str, limit: int = _MAX_REASON) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def read(path: Path, *, validate: bool = True) -> Iterator[dict]:
+    """The records in a results file; every other line is skipped with a warning naming
+    ``path:line`` and why (torn by a killed writer, not UTF-8, not JSON, not an object,
+    not valid against the schema of its mode). ``validate=False`` skips only what is not
+    a JSON object. A file that cannot be read raises ResultsError; one with no valid record
+    yields nothing (its lines are warned about)."""
+    yield from _read(Path(path), validate, "FILE", required=False)
+
+
+def load(path: Path, setting: str = "FILE") -> list[dict]:
+    """Every valid record of ``path`` (see ``read``), or ResultsError naming ``setting``
+    when it is missing, unreadable, or holds no valid record. That error is then the one
+    line printed: skipped lines are warned about only once a valid record is found."""
+    return list(_read(Path(path), True, setting, required=True))
+
+
+def _open(path: Path, setting: str):
+    """``path`` opened for reading, or ResultsError saying why it cannot be. Checked before
+    opening: a FIFO would block the open, a device would never end."""
+    try:
+        kind = path.stat().st_mode
+        if stat.S_ISDIR(kind):
+            raise ResultsError(path, "is a directory: give a results file in it, e.g. "
+                               f"{path / 'runs.jsonl'}", setting)
+        if not stat.S_ISREG(kind):
+            raise ResultsError(path, "is not a regular file: give a results file (.jsonl)",
+                               setting)
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except (FileNotFoundError, NotADirectoryError):
+        raise ResultsError(path, "no such file: give the path of a results file (.jsonl)",
+                           setting) from None
+    except OSError as error:
+        raise ResultsError(path, f"cannot be read ({error.strerror or error}): fix its "
+                           "permissions or give another file", setting) from None
+
+
+def _read(path: Path, validate: bool, setting: str, required: bool) -> Iterator[dict]:
+    held: list[str] = []   # warnings kept back until a valid record shows the file is one
+    found = skipped = 0
+    first_skipped = ""     # "line N: why", for the error of a file with no valid record
+    with _open(path, setting) as f:
+        lines = enumerate(f, 1)
+        while True:
+            try:
+                number, raw = next(lines, (0, None))
+            except OSError as error:  # e.g. EIO, or a file that is a directory over NFS
+                raise ResultsError(path, f"cannot be read ({error.strerror or error}): "
+                                   "give another file", setting) from None
+            if raw is None:
+                break
+            if not raw.strip():
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                print(f"warning: {path}:{number}: skipping a torn or invalid line",
-                      file=sys.stderr)
+                rec = _parse(raw, validate)
+            except _Invalid as why:
+                skipped += 1
+                reason = _short(str(why))
+                first_skipped = first_skipped or f"line {number}: {reason}"
+                if skipped <= MAX_WARNINGS:
+                    problem = f"warning: {path}:{number}: skipped: {reason}"
+                    if found:
+                        print(problem, file=sys.stderr)
+                    else:
+                        held.append(problem)
+                continue
+            if not found:
+                for problem in held:
+                    print(problem, file=sys.stderr)
+                held.clear()
+            found += 1
+            yield rec
+    if not found and required:
+        detail = (f"holds no valid record ({skipped} line{'s' * (skipped != 1)} skipped, "
+                  f"first {first_skipped})" if skipped else "is empty")
+        raise ResultsError(path, f"{detail}: give a results file written by bench "
+                           "train, matrix or allreduce", setting)
+    for problem in held:
+        print(problem, file=sys.stderr)
+    if skipped > MAX_WARNINGS:
+        print(f"warning: {path}: {skipped - MAX_WARNINGS} more invalid lines skipped "
+              f"({skipped} in all)", file=sys.stderr)
 
 
 def is_training(record: dict) -> bool:
@@ -89,11 +299,59 @@ def training(records) -> list[dict]:
 
 
 def schema(mode: str = "steps") -> dict:
-    """The JSON schema of a record of ``mode``. The all-reduce schema shares the training
-    record's env block, so the provenance fields are defined once."""
+    """The JSON schema of a record of ``mode`` (a copy: the caller may change it). The
+    all-reduce schema shares the training record's env block, so the provenance fields
+    are defined once."""
+    return copy.deepcopy(_schema(mode in TRAINING_MODES))
+
+
+@functools.cache
+def _schema(training_mode: bool) -> dict:
     training_schema = json.loads(SCHEMA_PATH.read_text())
-    if mode in TRAINING_MODES:
+    if training_mode:
         return training_schema
     sweep = json.loads(ALLREDUCE_SCHEMA_PATH.read_text())
     sweep["properties"]["env"] = training_schema["properties"]["env"]
     return sweep
+
+
+# --- validation: bench.schemacheck compiles each schema once -------------------------------
+
+@functools.cache
+def _validator(mode: str):
+    """record -> the first problem (one line) or None; built once per schema."""
+    root = _schema(mode in TRAINING_MODES)
+    try:
+        check = compile_schema(root)
+    except UnsupportedSchema:
+        try:
+            import jsonschema
+        except ImportError:
+            check = compile_schema(root, strict=False)
+        else:
+            return _jsonschema_validator(jsonschema, root)
+
+    def first_problem(rec: dict) -> str | None:
+        problem = check(rec)
+        if problem is None:
+            return None
+        path, message = problem
+        where = ".".join(str(p) for p in reversed(path))
+        return _short(f"{where}: {message}" if where else message)
+
+    return first_problem
+
+
+def _jsonschema_validator(jsonschema, root: dict):
+    compiled = jsonschema.validators.validator_for(root)(root)
+
+    def first_problem(rec: dict) -> str | None:
+        error = jsonschema.exceptions.best_match(compiled.iter_errors(rec))
+        if error is None:
+            return None
+        where = ".".join(str(p) for p in error.absolute_path)
+        return _short(f"{where}: {error.message}" if where else error.message)
+
+    return first_problem
+
+

@@ -183,15 +183,14 @@ def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
     parser.add_argument("--where", action="append", default=[],
                         help="keep records with FIELD=VALUE (repeatable)")
     args = parser.parse_args(argv)
-    missing = [str(f) for f in args.files if not f.is_file()]
     try:
-        if missing:
-            raise ConfigError("FILE", ", ".join(missing), "no such results file")
         group_by, where = parse_group_by(args.group_by), parse_where(args.where)
+        # Each file must hold a valid record; invalid lines are skipped with a warning.
+        loaded = [r for path in args.files for r in record.load(path)]
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    records = select(record.training(r for path in args.files for r in record.read(path)), where)
+    records = select(record.training(loaded), where)
     if not records:
         print(f"{prog}: no records match", file=sys.stderr)
         return 1

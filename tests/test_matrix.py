@@ -175,7 +175,7 @@ def test_a_node_killed_mid_cell_is_recorded_naming_it(tmp_path):
     killer.join()
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
-    first, rec = list(record.read(results))
+    first, rec = list(record.read(results, validate=False))
     assert first == {"earlier": "record"}
     validate(rec)
     assert rec["status"] in ("error", "timeout")
@@ -220,7 +220,7 @@ def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_im
     stop.set()
     killer.join()
     assert proc.returncode == 1, proc.stderr[-3000:]
-    first, rec = list(record.read(results))
+    first, rec = list(record.read(results, validate=False))
     assert first == {"earlier": "record"}
     validate(rec)
     assert rec["status"] in ("error", "timeout") and rec["failed_node"]["host"] == "node1"

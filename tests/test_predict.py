@@ -137,16 +137,44 @@ def test_the_timeline_knows_where_it_computed():
     assert Timeline.of(rec).compute_cpus == 3
 
 
+REFERENCE = REPO / "results" / "reference" / "emulated-cpu"
+
+
+def _reference(name: str) -> dict:
+    """The first record of a committed reference file: a real, schema-valid record (the
+    readers skip anything else)."""
+    return json.loads((REFERENCE / name).read_text().splitlines()[0])
+
+
 def _record(nnodes: int, hook: str, sent: float, samples_per_s: float) -> dict:
-    return {"mode": "steps", "status": "ok", "nnodes": nnodes, "nproc_per_node": 1,
-            "comm_hook": hook, "batch_size_per_device": 16, "global_batch_size": 16 * nnodes,
-            "samples_per_s": samples_per_s, "allreduce_calls_per_step": 1,
-            "env": {"link": {"rate": "1gbit", "rate_bps": 10**9, "kind": "emulated"}
-                    if nnodes > 1 else None},
-            "config": {"model": {"model": "resnet18", "image_size": 32},
-                       "distributed": {"grad_accum": 1}, "precision": {"precision": "fp32"}},
-            "bucket_timeline": {"ready_s": [0.1], "sent_bytes": [sent], "buffer_bytes": [1],
-                                "step_s": 0.15, "steps": 5}}
+    """A real single-node resnet18 record, changed into the run a test describes: on a GPU
+    (no CPU cost charged), one bucket ready at 0.1 s of a 0.15 s step."""
+    rec = _reference("1gbit.jsonl")
+    rec["config"]["distributed"].update(device="cuda", grad_accum=1)
+    rec["env"].update(link={"rate": "1gbit", "rate_bps": 10**9, "kind": "emulated"}
+                      if nnodes > 1 else None, nnodes=nnodes)
+    rec.update(nnodes=nnodes, nproc_per_node=1, world_size=nnodes, comm_hook=hook,
+               batch_size_per_device=16, global_batch_size=16 * nnodes,
+               samples_per_s=samples_per_s, allreduce_calls_per_step=1,
+               bucket_timeline={"ready_s": [0.1], "sent_bytes": [sent], "buffer_bytes": [1],
+                                "step_s": 0.15, "steps": 5})
+    return rec
+
+
+def _sweep(sizes: list[dict]) -> dict:
+    """A real 2-rank all-reduce record on a 1 Gbit link, with these message sizes."""
+    rec = _reference("1gbit-comm.jsonl")
+    rec["sizes"] = [{"count": row["size_bytes"] // 4, "algbw_GBps": row["busbw_GBps"],
+                     "wrong": 0, **row} for row in sizes]
+    return rec
+
+
+def test_the_test_records_are_valid():
+    from bench import record
+
+    for rec in (_record(1, "none", 1.0, 1.0), _record(2, "powersgd", 1.0, 1.0),
+                _sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.001}])):
+        assert record.problem_of(rec) is None
 
 
 def test_levers_name_compression_when_the_link_dominates():
@@ -202,12 +230,11 @@ def test_cli_moves_a_measured_link_to_the_planned_rate(tmp_path):
     rec["config"]["distributed"]["device"] = "cpu"
     results.write_text(json.dumps(rec) + "\n")
     # Measured on 1 Gbit: 0.9 Gbit/s busbw (90%), 40 ms of CPU per 50 MB.
-    sweep = {"mode": "allreduce", "status": "ok", "world_size": 2,
-             "env": {"link": {"rate_bps": 10**9}},
-             "sizes": [{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005,
-                        "busbw_GBps": 0.001},
-                       {"size_bytes": 50_000_000, "time_s": 50e6 / 0.1125e9,
-                        "cpu_time_s": 0.04, "busbw_GBps": 0.1125}]}
+    sweep = _sweep([{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005,
+                     "busbw_GBps": 0.001},
+                    {"size_bytes": 50_000_000, "time_s": 50e6 / 0.1125e9,
+                     "cpu_time_s": 0.04, "busbw_GBps": 0.1125}])
+    assert sweep["world_size"] == 2 and sweep["env"]["link"]["rate_bps"] == 10**9
     comm.write_text(json.dumps(sweep) + "\n")
     proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
                            "--link-from", str(comm), "--link", "5gbit", "--nodes", "2"],
