@@ -50,6 +50,7 @@ FIELDS: dict[str, Callable[[dict], object]] = {
 }
 DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook")
 FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex", "csv": None}
+CPU_HEADERS = {"GPUs": "processes", "batch/GPU": "batch/process"}
 HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",
            "efficiency", "grad MB/step", "status")
 
@@ -121,7 +122,13 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
         def values(cell: list[dict], field=field) -> list[float]:
             return [r[field] for r in cell if r.get("status") == "ok" and r.get(field)]
 
-        base = next((values(c) for t, c in cells.items() if t.devices == 1), [])
+        # The denominator of every speedup: the 1-device row, else (3 GPUs against 8, say)
+        # the smallest topology measured, with efficiency taken per device added.
+        measured_topologies = sorted((t for t, c in cells.items() if values(c)),
+                                     key=lambda t: (t.devices, t.nodes))
+        base_topology = measured_topologies[0] if measured_topologies else None
+        base = values(cells[base_topology]) if base_topology else []
+        cpu = all(_device(r) == "cpu" for c in cells.values() for r in c)
         rows = []
         for topology in sorted(cells, key=lambda t: (t.devices, t.nodes)):
             cell = cells[topology]
@@ -130,18 +137,35 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
             if measured and base:
                 ratio = statistics.median(measured) / statistics.median(base)
                 ratio = ratio if higher_better else 1 / ratio
-                speedup, efficiency = f"{ratio:.2f}x", f"{ratio / topology.devices:.0%}"
+                scale = topology.devices / base_topology.devices
+                speedup, efficiency = f"{ratio:.2f}x", f"{ratio / scale:.0%}"
             grads = [r["grad_bytes_per_step"] for r in cell
                      if r.get("grad_bytes_per_step") is not None]
             global_batch = next((r.get("global_batch_size") for r in cell
                                  if r.get("global_batch_size")), "")
-            rows.append([topology.setup, topology.devices, topology.nodes,
+            rows.append([setup_label(topology, cpu), topology.devices, topology.nodes,
                          cell[0].get("batch_size_per_device", ""), global_batch,
                          _median_range(measured, 1 if higher_better else 2), speedup,
                          efficiency, f"{statistics.median(grads) / 1e6:.1f}" if grads else "",
                          _status(cell)])
-        tables.append((key, rows, metric_of(mode)[1]))
+        note = (f"speedup against {base_topology} ({base_topology.devices} "
+                f"{'processes' if cpu else 'GPUs'}): no 1-device row"
+                if base_topology and base_topology.devices != 1 else "")
+        tables.append((key, rows, metric_of(mode)[1], cpu, note))
     return tables
+
+
+def _device(rec: dict) -> str | None:
+    return (rec.get("config") or {}).get("distributed", {}).get("device")
+
+
+def setup_label(topology: Topology, cpu: bool) -> str:
+    """The lab table's name for a topology; CPU runs count processes, not GPUs."""
+    if not cpu:
+        return topology.setup
+    if topology.devices == 1:
+        return "single process"
+    return "multi-process" if topology.nodes == 1 else "multi-node"
 
 
 def render(records: list[dict], fmt: str = "markdown",
@@ -151,14 +175,17 @@ def render(records: list[dict], fmt: str = "markdown",
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([*group_by, "metric", *[h.format(metric="value") for h in HEADERS]])
-        for key, rows, metric in tables:
+        for key, rows, metric, _, _ in tables:
             for row in rows:
                 writer.writerow([*key, metric, *row])
         return out.getvalue().rstrip("\n")
     parts = []
-    for key, rows, metric in tables:
+    for key, rows, metric, cpu, note in tables:
         title = " | ".join(f"{f} {v}" for f, v in zip(group_by, key, strict=True))
+        title += f"\n\n{note}" if note else ""
         headers = [h.format(metric=metric) for h in HEADERS]
+        if cpu:
+            headers = [CPU_HEADERS.get(h, h) for h in headers]
         parts.append(f"{title}\n\n" + tabulate(rows, headers=headers, tablefmt=FORMATS[fmt],
                                                 disable_numparse=True))
     return "\n\n".join(parts)

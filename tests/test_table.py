@@ -1,0 +1,47 @@
+"""Table labels and speedup baselines, from the fixture's real records."""
+from __future__ import annotations
+
+import json
+
+from bench.table import render
+from conftest import REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
+
+
+def fixture_records(batch: int) -> list[dict]:
+    records = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    return [r for r in records if r["batch_size_per_device"] == batch]
+
+
+def rows_of(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_cpu_runs_are_labelled_as_processes():
+    records = fixture_records(64)
+    for rec in records:
+        rec["config"]["distributed"]["device"] = "cpu"
+    text = render(records)
+    assert "GPU" not in text
+    assert "| processes" in text and "batch/process" in text
+    assert [row[0] for row in rows_of(text)] == ["single process", "multi-process",
+                                                 "multi-node"]
+
+
+def test_without_a_one_device_row_the_smallest_topology_is_the_baseline():
+    # 1x2 measured 390-400 samples/s, 2x1 60-70: without the 1x1 rows, speedups are
+    # against 1x2 (2 GPUs), and efficiency per device added.
+    records = [r for r in fixture_records(64) if r["world_size"] != 1]
+    text = render(records)
+    assert "speedup against 1x2 (2 GPUs): no 1-device row" in text
+    base, node = rows_of(text)
+    assert base[6:8] == ["1.00x", "100%"]
+    assert node[6] == f"{65 / 395:.2f}x" and node[7] == f"{65 / 395:.0%}"
+
+
+def test_a_gpu_table_keeps_its_labels_and_the_one_device_baseline():
+    text = render(fixture_records(64))
+    assert "no 1-device row" not in text
+    assert [row[0] for row in rows_of(text)] == ["single GPU", "multi-GPU", "multi-node"]
