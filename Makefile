@@ -1,24 +1,53 @@
 # The front door of the benchmark stack. `make help` lists the targets. Every variable
 # written `?=` can be overridden: `make bench-single MODEL=resnet152 BATCH_SIZES="64 128"`.
+#
+# No value a user gives make becomes shell syntax. Each user variable V below reaches the
+# recipes only through the environment, as MK_V (exported, expanded per target so that the
+# target defaults apply), and recipes read it as a quoted shell variable, "$$MK_V": the
+# recipe text never holds a value, so `HOSTS='a;id'` is one argument, the host name `a;id`,
+# which bench refuses in one line (exit 2). List values (BATCH_SIZES="32 64", TOPOLOGIES,
+# NODES) go whole to bench, which splits them at commas or spaces; MATRIX_ARGS (extra
+# trainer flags) is split at blanks, without quotes or globbing, one argument per word.
+# A value given on the command line or in the environment may not contain '$': make would
+# expand it ($(shell ...) runs a command) before any of this applies.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 # Base images, pinned by digest: docker/images.env is their one source.
 include docker/images.env
 
+USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR PROFILE \
+  EXPORT_DIR DATASET SRC FASHION_MNIST_DIR MODEL BATCH_SIZES STEPS PRECISION EPOCHS REPEATS \
+  CPU_IMAGE_SIZE CPU_TRAIN_SAMPLES CPU_EVAL_SAMPLES RESULTS LAUNCHER RUNTIME HOSTS TOPOLOGIES \
+  COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS \
+  CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
+  LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON
+$(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
+  $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
+  '$$' in it (a $$(...) would run); give $(v) without '$$'))))
+$(foreach v,$(USER_VARIABLES),$(eval export MK_$(v) = $$($(v))))
+# A value quoted for the shell, for the one place make itself runs a command ($(shell)).
+q = '$(subst ','\'',$(1))'
+
 PYTHON ?= python3
 VENV ?= .venv
-PY := $(VENV)/bin/python
+PY = "$$MK_VENV/bin/python"
 # The node's settings: compose/.env when present, else the documented defaults.
 NODE_ENV ?= $(if $(wildcard compose/.env),compose/.env,compose/.env.example)
 # The trainer services read the same file as their env_file (Compose resolves it for every
 # service, even in profiles not started).
 export BENCH_ENV_FILE := $(abspath $(NODE_ENV))
-env_value = $(shell sed -n 's/^$(1)=//p' $(NODE_ENV) | tail -n 1)
+env_value = $(shell sed -n 's/^$(1)=//p' -- $(call q,$(NODE_ENV)) | tail -n 1)
 IMAGE ?= $(call env_value,IMAGE)
 CPU_IMAGE ?= $(call env_value,CPU_IMAGE)
 NFS_IMAGE ?= $(call env_value,NFS_IMAGE)
+# Read once, not once per recipe (every exported variable is expanded for each recipe).
+IMAGE := $(IMAGE)
+CPU_IMAGE := $(CPU_IMAGE)
+NFS_IMAGE := $(NFS_IMAGE)
+# A command (two words for Compose v2): recipes split it at blanks ($$COMPOSE, unquoted).
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE := $(COMPOSE)
 export COMPOSE
 TORCH_FLAVOUR ?= default
 PROFILE ?= gpu
@@ -37,14 +66,13 @@ bench-cpu: BATCH_SIZES ?= 32 64
 bench-cpu: STEPS ?= 10
 PRECISION ?= fp32
 EPOCHS ?= 1
-REPEATS ?= 3
 CPU_IMAGE_SIZE ?= 32
 CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
         bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
-        dataset settings test unit lint clean
+        dataset settings test test-deps unit lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
@@ -52,11 +80,12 @@ help: ## list the targets
 
 # --- host set-up ---------------------------------------------------------------------------
 $(VENV)/.installed: requirements.txt requirements-host.txt pyproject.toml
-	@echo "venv: installing the pinned requirements into $(VENV) (torch is large: a few minutes the first time)"
-	$(PYTHON) -m venv $(VENV)
+	@echo "venv: installing the pinned requirements into $$MK_VENV (torch is large: a few minutes the first time)"
+	@"$$MK_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || scripts/install-host.sh venv
+	"$$MK_PYTHON" -m venv -- "$$MK_VENV"
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-host.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	touch $@
+	touch -- "$$MK_VENV/.installed"
 
 venv: $(VENV)/.installed ## create the host venv from the pinned requirements
 
@@ -66,117 +95,168 @@ host: ## install missing host packages (Docker engine, Compose, dataset, deboots
 docker: ## install Docker and Compose if missing, start the daemon if it is not running
 	@scripts/ensure-docker.sh
 
-$(FASHION_MNIST_DIR):
-	@echo "Fashion-MNIST not found in $(FASHION_MNIST_DIR): installing Debian's dataset-fashion-mnist"
-	scripts/install-host.sh dataset
+# Debian's dataset-fashion-mnist, where FASHION_MNIST_DIR is missing.
+define fashion_mnist
+if [ ! -d "$$MK_FASHION_MNIST_DIR" ]; then \
+  echo "Fashion-MNIST not found in $$MK_FASHION_MNIST_DIR: installing Debian's dataset-fashion-mnist"; \
+  scripts/install-host.sh dataset; \
+fi
+endef
 
 # --- images --------------------------------------------------------------------------------
 wheels: ## download the GPU image's wheels on the host (TORCH_FLAVOUR=default|cu126|cu128...)
-	scripts/download-wheels.sh .wheels/py$(CUDA_BASE_PYTHON)-$(TORCH_FLAVOUR) $(CUDA_BASE_PYTHON) $(TORCH_FLAVOUR)
+	scripts/download-wheels.sh ".wheels/py$$MK_CUDA_BASE_PYTHON-$$MK_TORCH_FLAVOUR" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
 
 wheels-cpu: ## download the CPU image's wheels on the host
-	scripts/download-wheels.sh .wheels/py$(CPU_BASE_PYTHON)-default $(CPU_BASE_PYTHON) default
+	scripts/download-wheels.sh ".wheels/py$$MK_CPU_BASE_PYTHON-default" "$$MK_CPU_BASE_PYTHON" default
 
 base-image: docker ## build the local Debian base image (for sites without a registry)
-	scripts/make-base-image.sh $(LOCAL_BASE_IMAGE)
+	scripts/make-base-image.sh "$$MK_LOCAL_BASE_IMAGE"
 
 build: docker ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR)
-	scripts/build-image.sh trainer $(IMAGE) "$(CUDA_BASE_IMAGE)" $(CUDA_BASE_PYTHON) $(TORCH_FLAVOUR)
+	scripts/build-image.sh trainer "$$MK_IMAGE" "$$MK_CUDA_BASE_IMAGE" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
 
 build-cpu: docker ## build the CPU trainer image (CPU_IMAGE) from the same Dockerfile
-	scripts/build-image.sh trainer $(CPU_IMAGE) "$(CPU_BASE_IMAGE)" $(CPU_BASE_PYTHON) default
+	scripts/build-image.sh trainer "$$MK_CPU_IMAGE" "$$MK_CPU_BASE_IMAGE" "$$MK_CPU_BASE_PYTHON" default
 
 build-nfs: docker ## build the NFS server image (NFS_IMAGE)
-	scripts/build-image.sh nfs $(NFS_IMAGE) "$(NFS_BASE_IMAGE)"
+	scripts/build-image.sh nfs "$$MK_NFS_IMAGE" "$$MK_NFS_BASE_IMAGE"
 
 # --- data and the NFS server ---------------------------------------------------------------
 dataset: venv ## stage DATASET=fashion-mnist|cifar10|imagefolder [SRC=dir] into the export, with a manifest
-	@if [ "$(DATASET)" = fashion-mnist ] && [ -z "$(SRC)" ]; then $(MAKE) --no-print-directory $(FASHION_MNIST_DIR); fi
-	$(PY) -m bench dataset stage $(DATASET) --export $(EXPORT_DIR) $(if $(SRC),--src $(SRC))
+	@if [ "$$MK_DATASET" = fashion-mnist ] && [ -z "$$MK_SRC" ]; then $(fashion_mnist); fi
+	$(PY) -m bench dataset stage "$$MK_DATASET" --export "$$MK_EXPORT_DIR" $${MK_SRC:+--src "$$MK_SRC"}
+
+# $(1): the Compose arguments after the command, for the NFS server's project.
+nfs_compose = $$COMPOSE -p bench-nfs -f compose/docker-compose.yml --env-file "$$MK_NODE_ENV" --profile nfs $(1)
 
 nfs-up: venv docker ## serve the export over NFSv4 (profile nfs), wait until healthy
-	$(PY) -m bench settings --env-file $(NODE_ENV) --profile nfs
-	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs up -d nfs
+	$(PY) -m bench settings --env-file "$$MK_NODE_ENV" --profile nfs
+	$(call nfs_compose,up -d nfs)
 	@for i in $$(seq 30); do \
-	  status=$$(docker inspect -f '{{.State.Health.Status}}' $$($(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs ps -q nfs) 2>/dev/null); \
-	  if [ "$$status" = healthy ]; then echo "nfs: serving $(EXPORT_DIR) on TCP 2049"; exit 0; fi; sleep 2; \
+	  status=$$(docker inspect -f '{{.State.Health.Status}}' $$($(call nfs_compose,ps -q nfs)) 2>/dev/null); \
+	  if [ "$$status" = healthy ]; then echo "nfs: serving $$MK_EXPORT_DIR on TCP 2049"; exit 0; fi; sleep 2; \
 	done; echo "nfs: not healthy after 60 s; logs:"; \
-	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs logs --tail 20 nfs; \
+	$(call nfs_compose,logs --tail 20 nfs); \
 	$(MAKE) --no-print-directory nfs-down; exit 1
 
 nfs-down: ## stop the NFS server
-	$(COMPOSE) -p bench-nfs -f compose/docker-compose.yml --env-file $(NODE_ENV) --profile nfs down -t 5
+	$(call nfs_compose,down -t 5)
 
 # --- benchmarks ----------------------------------------------------------------------------
 settings: venv ## check this node's settings (NODE_ENV, PROFILE) without starting anything
-	$(PY) -m bench settings --env-file $(NODE_ENV) --profile $(PROFILE)
+	$(PY) -m bench settings --env-file "$$MK_NODE_ENV" --profile "$$MK_PROFILE"
+
+# The trainer image of PROFILE (cpu: CPU_IMAGE, else IMAGE), in the shell variable `image`.
+pick_image = image=$$MK_IMAGE; [ "$$MK_PROFILE" != cpu ] || image=$$MK_CPU_IMAGE
+
+# BENCH_ARGS of the settings file as separate arguments (shlex, as a shell would split
+# them, but nothing is run), NUL-separated for mapfile.
+define split_bench_args
+import shlex, sys
+from pathlib import Path
+from bench.settings import read_env_file
+sys.stdout.write("\0".join(shlex.split(read_env_file(Path(sys.argv[1])).get("BENCH_ARGS", ""))))
+endef
+export split_bench_args
 
 node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|cpu; NODE_RANK=i)
-	$(PY) -m bench compose --profile $(PROFILE) --env-file $(NODE_ENV) --only-this-node \
-	  --image $(if $(filter cpu,$(PROFILE)),$(CPU_IMAGE),$(IMAGE)) -- $(call env_value,BENCH_ARGS)
+	@$(pick_image); mapfile -d '' -t bench_args < <($(PY) -c "$$split_bench_args" "$$MK_NODE_ENV"); \
+	$(PY) -m bench compose --profile "$$MK_PROFILE" --env-file "$$MK_NODE_ENV" --only-this-node \
+	  --image "$$image" -- "$${bench_args[@]}"
 
 # One job per batch size through Compose; a failed job is recorded and the matrix goes on,
-# and the shell variable `failed` remembers it for the exit status.
-# $(1) profile, $(2) nodes, $(3) processes per node, $(4) image, $(5) env file, $(6) flags
+# and the shell variable `failed` remembers it for the exit status; a refused setting
+# (exit 2) stops at once. BATCH_SIZES is split at commas or blanks (no globbing); the
+# trainer flags are the shell array `workload`.
+# $(1) profile, $(2) nodes, $(3) processes per node, $(4) image, $(5) env file: recipe text,
+# shell variables at most, never a user's value.
 define compose_matrix
-for bs in $(BATCH_SIZES); do \
+set -f; for bs in $${MK_BATCH_SIZES//,/ }; do \
   echo "== $(1): $(2) node(s) x $(3) process(es), batch $$bs per device"; \
   $(PY) -m bench compose --profile $(1) --env-file $(5) --nnodes $(2) --nproc-per-node $(3) \
-    --image $(4) --results $(RESULTS) -- --batch-size $$bs $(6) || failed=1; \
-done
+    --image $(4) --results "$$MK_RESULTS" -- --batch-size "$$bs" "$${workload[@]}" \
+    || { rc=$$?; [ $$rc != 2 ] || exit 2; failed=1; }; \
+done; set +f
 endef
-show_results = $(PY) -m bench table $(RESULTS); echo "results: $(RESULTS)"
-GPU_WORKLOAD = --steps $(STEPS) --model $(MODEL) --precision $(PRECISION)
+show_results = $(PY) -m bench table "$$MK_RESULTS"; echo "results: $$MK_RESULTS"
+gpu_workload = workload=(--steps "$$MK_STEPS" --model "$$MK_MODEL" --precision "$$MK_PRECISION")
 
 bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
 bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
 	@scripts/check-gpu.sh >/dev/null
 	@$(MAKE) --no-print-directory build venv
-	@failed=0; $(call compose_matrix,gpu,1,1,$(IMAGE),$(NODE_ENV),$(GPU_WORKLOAD)); \
+	@failed=0; $(gpu_workload); \
+	$(call compose_matrix,gpu,1,1,"$$MK_IMAGE","$$MK_NODE_ENV"); \
 	$(show_results); exit $$failed
 
 bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
 bench-multigpu: ## all GPUs of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
 	@scripts/check-gpu.sh >/dev/null
 	@$(MAKE) --no-print-directory build venv
-	@failed=0; gpus=$$(scripts/check-gpu.sh); \
-	$(call compose_matrix,gpu,1,$$gpus,$(IMAGE),$(NODE_ENV),$(GPU_WORKLOAD)); \
+	@failed=0; gpus=$$(scripts/check-gpu.sh); $(gpu_workload); \
+	$(call compose_matrix,gpu,1,"$$gpus","$$MK_IMAGE","$$MK_NODE_ENV"); \
 	$(show_results); exit $$failed
 
 # CI's main job: 2 trainer containers as node ranks 0 and 1 on loopback, the dataset bind-
 # mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST. Both
 # "nodes" share this host's 2 cores (one thread each) and talk over lo only.
 CPU_ENV_FILE := build/cpu-$(RUN_TAG).env
-CPU_WORKLOADS = "--steps $(STEPS) --model $(MODEL) --image-size $(CPU_IMAGE_SIZE)" \
-  "--epochs $(EPOCHS) --data fashion-mnist --data-dir /data/fashion-mnist --model $(MODEL) \
-   --image-size $(CPU_IMAGE_SIZE) --max-train-samples $(CPU_TRAIN_SAMPLES) \
-   --max-eval-samples $(CPU_EVAL_SAMPLES) --workers 1"
+define cpu_workload
+if [ $$kind = synthetic ]; then \
+  workload=(--steps "$$MK_STEPS" --model "$$MK_MODEL" --image-size "$$MK_CPU_IMAGE_SIZE"); \
+else \
+  workload=(--epochs "$$MK_EPOCHS" --data fashion-mnist --data-dir /data/fashion-mnist \
+    --model "$$MK_MODEL" --image-size "$$MK_CPU_IMAGE_SIZE" \
+    --max-train-samples "$$MK_CPU_TRAIN_SAMPLES" --max-eval-samples "$$MK_CPU_EVAL_SAMPLES" \
+    --workers 1); \
+fi
+endef
 bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
 bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic + Fashion-MNIST
 	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
-	@mkdir -p build && sed -e 's#^DATA_MOUNT_TYPE=.*#DATA_MOUNT_TYPE=none#' \
-	  -e 's#^DATA_MOUNT_OPTIONS=.*#DATA_MOUNT_OPTIONS=bind#' \
-	  -e 's#^DATA_DEVICE=.*#DATA_DEVICE=$(abspath $(EXPORT_DIR))#' $(NODE_ENV) > $(CPU_ENV_FILE) \
-	  && printf 'OMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' >> $(CPU_ENV_FILE)
-	@failed=0; for workload in $(CPU_WORKLOADS); do \
-	  $(call compose_matrix,cpu,2,1,$(CPU_IMAGE),$(CPU_ENV_FILE),$$workload); \
+	@export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
+	  case $$export_dir in *[[:cntrl:]]*) echo "bench-cpu: EXPORT_DIR=$$MK_EXPORT_DIR: a path without control characters" >&2; exit 2;; esac && \
+	  mkdir -p build && \
+	  grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) && \
+	  printf 'DATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\nDATA_DEVICE=%s\nOMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' \
+	    "$$export_dir" >> $(CPU_ENV_FILE)
+	@failed=0; for kind in synthetic fashion-mnist; do \
+	  $(cpu_workload); \
+	  $(call compose_matrix,cpu,2,1,"$$MK_CPU_IMAGE",$(CPU_ENV_FILE)); \
 	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
 
 # The batch-size x topology matrix (python -m bench matrix): natively or through Compose on
 # this host (bench-matrix), or one node per host over SSH (bench-multinode). Each ends with
-# the tables, the plots and the results path; the exit status says whether a cell failed.
-# $(1): launcher flags
+# the tables, the plots and the results path; the exit status says whether a cell failed
+# (2: a refused setting, nothing ran). The launcher's flags are the shell array `launcher`.
 define matrix_run
-@failed=0; $(PY) -m bench matrix --batch-sizes "$(BATCH_SIZES)" --topologies "$(TOPOLOGIES)" \
-  --models $(MODEL) --precisions $(PRECISION) --repeats $(REPEATS) --results $(RESULTS) $(1) \
-  -- --steps $(STEPS) $(MATRIX_ARGS) || failed=1; \
-$(PY) -m bench plot $(RESULTS) >/dev/null 2>&1 || true; $(show_results); exit $$failed
+failed=0; read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
+$(PY) -m bench matrix --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$MK_TOPOLOGIES" \
+  --models "$$MK_MODEL" --precisions "$$MK_PRECISION" --repeats "$$MK_REPEATS" \
+  --results "$$MK_RESULTS" "$${launcher[@]}" -- --steps "$$MK_STEPS" "$${matrix_args[@]}" \
+  || failed=$$?; \
+[ $$failed != 2 ] || exit 2; \
+$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 endef
 LAUNCHER ?= native
 RUNTIME ?= compose
 HOSTS ?=
 host_count = $(words $(subst $(comma), ,$(HOSTS)))
 comma := ,
+# HOSTS checked as make users name it (one line, exit 2) before anything starts.
+define check_hosts_py
+import os, sys
+from bench.options import ConfigError
+from bench.topology import parse_hosts
+try:
+    parse_hosts(os.environ["MK_HOSTS"], "HOSTS")
+except ConfigError as error:
+    print(f"{sys.argv[1]}: error: {error}", file=sys.stderr)
+    sys.exit(2)
+endef
+export check_hosts_py
+check_hosts = $(PY) -c "$$check_hosts_py" $@
 
 bench-matrix: BATCH_SIZES ?= 32 64
 bench-matrix: MODEL ?= resnet18
@@ -184,7 +264,10 @@ bench-matrix: STEPS ?= 10
 bench-matrix: TOPOLOGIES ?= 1x1,1x2,2x1
 bench-matrix: RESULTS ?= results/matrix-$(RUN_TAG).jsonl
 bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES on this host (LAUNCHER=native|compose, REPEATS, MODEL)
-	$(call matrix_run,--launcher $(LAUNCHER) $(if $(filter compose,$(LAUNCHER)),--image $(CPU_IMAGE) --env-file $(NODE_ENV) --profile cpu))
+	@launcher=(--launcher "$$MK_LAUNCHER"); \
+	if [ "$$MK_LAUNCHER" = compose ]; then \
+	  launcher+=(--image "$$MK_CPU_IMAGE" --env-file "$$MK_NODE_ENV" --profile cpu); fi; \
+	$(matrix_run)
 
 bench-multinode: BATCH_SIZES ?= 64 128 256
 bench-multinode: MODEL ?= resnet50
@@ -192,25 +275,44 @@ bench-multinode: STEPS ?= 50
 bench-multinode: TOPOLOGIES ?= 1x1,$(host_count)x1
 bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
 bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
-	@[ -n "$(HOSTS)" ] || { echo "bench-multinode: set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
-	$(call matrix_run,--launcher ssh --hosts $(HOSTS) --runtime $(RUNTIME) --image $(IMAGE) --env-file $(abspath $(NODE_ENV)) --profile gpu)
+	@[ -n "$$MK_HOSTS" ] || { echo "bench-multinode: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
+	@$(check_hosts)
+	@launcher=(--launcher ssh --hosts "$$MK_HOSTS" --runtime "$$MK_RUNTIME" --image "$$MK_IMAGE" \
+	  --env-file "$$BENCH_ENV_FILE" --profile gpu); \
+	$(matrix_run)
 
 doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU, interface, ports, shm, data, clocks
-	@[ -n "$(HOSTS)" ] || { echo "doctor: set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
-	$(PY) -m bench doctor --hosts $(HOSTS) --image $(if $(filter cpu,$(PROFILE)),$(CPU_IMAGE),$(IMAGE)) --env-file $(NODE_ENV)
+	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
+	@$(check_hosts)
+	@$(pick_image); \
+	$(PY) -m bench doctor --hosts "$$MK_HOSTS" --image "$$image" --env-file "$$MK_NODE_ENV"
 
-table: venv ## tables of RESULTS (FORMAT=markdown|github|csv|latex)
-	$(PY) -m bench table $(or $(RESULTS),$(NEWEST_RESULTS)) --format $(or $(FORMAT),markdown)
+# RESULTS, else the newest results file under results/ (without those whose names match
+# the grep pattern $(1)), in the shell variable `results`; none: one line, exit 2.
+define pick_results
+results=$$MK_RESULTS; \
+if [ -z "$$results" ]; then \
+  results=$$(ls -t results/*.jsonl 2>/dev/null $(if $(1),| grep -v -e '$(1)') | head -n 1); \
+  if [ -z "$$results" ]; then \
+    echo "$@: RESULTS='': no results file in results/: run a benchmark first (make bench-cpu) or set RESULTS=path/to/runs.jsonl" >&2; \
+    exit 2; \
+  fi; \
+  echo "$@: RESULTS=$$results (the newest results file)" >&2; \
+fi
+endef
+
+table: venv ## tables of RESULTS (default: the newest results file; FORMAT=markdown|github|csv|latex)
+	@$(pick_results); $(PY) -m bench table "$$results" --format "$${MK_FORMAT:-markdown}"
 
 plot: venv ## PNG charts beside RESULTS (default: the newest results file)
-	$(PY) -m bench plot $(or $(RESULTS),$(NEWEST_RESULTS))
+	@$(pick_results); $(PY) -m bench plot "$$results"
 
 bench-comm: COMM_TOPOLOGIES ?= 1x2
 bench-comm: RESULTS ?= results/comm-$(RUN_TAG).jsonl
 bench-comm: venv ## all-reduce busbw sweep on this host (COMM_TOPOLOGIES, MAX_SIZE), table + plot
-	$(PY) -m bench matrix --workload allreduce --topologies $(COMM_TOPOLOGIES) --results $(RESULTS) \
-	  -- $(if $(MAX_SIZE),--max-size $(MAX_SIZE))
-	$(PY) -m bench plot $(RESULTS)
+	$(PY) -m bench matrix --workload allreduce --topologies "$$MK_COMM_TOPOLOGIES" \
+	  --results "$$MK_RESULTS" -- $${MK_MAX_SIZE:+--max-size "$$MK_MAX_SIZE"}
+	$(PY) -m bench plot "$$MK_RESULTS"
 
 # The lab's 1 GbE finding in miniature, on emulated hosts (root): the link's all-reduce
 # sweep, then 1 node vs 2 nodes with and without compression, then the prediction beside it.
@@ -221,42 +323,62 @@ bench-emulated: COMM_HOOKS ?= none,powersgd
 bench-emulated: STEPS ?= 20
 bench-emulated: REPEATS ?= 2
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
+# The sweep's file beside RESULTS: x.jsonl -> x-comm.jsonl.
+emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
-	$(PY) -m bench matrix --workload allreduce --launcher netns --link $(LINK) --topologies 2x1 \
-	  --results $(RESULTS:.jsonl=-comm.jsonl) -- --max-size 64MiB --iters 10 --warmup-iters 2
-	$(PY) -m bench matrix --launcher netns --link $(LINK) --topologies 1x1,2x1 --models $(MODEL) \
-	  --batch-sizes "$(BATCH_SIZES)" --comm-hooks $(COMM_HOOKS) \
-	  --repeats $(REPEATS) --results $(RESULTS) -- --steps $(STEPS) --warmup-steps 10 \
+	$(PY) -m bench matrix --workload allreduce --launcher netns --link "$$MK_LINK" --topologies 2x1 \
+	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2
+	$(PY) -m bench matrix --launcher netns --link "$$MK_LINK" --topologies 1x1,2x1 --models "$$MK_MODEL" \
+	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \
+	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$MK_STEPS" --warmup-steps 10 \
 	  --powersgd-warmup 5 --image-size 32 --log-every 0
-	$(PY) -m bench table $(RESULTS) --group-by model,batch,comm_hook
-	$(PY) -m bench predict $(RESULTS) --link-from $(RESULTS:.jsonl=-comm.jsonl) --nodes 2,4
-	$(PY) -m bench plot $(RESULTS:.jsonl=-comm.jsonl)
+	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
+	$(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) --nodes 2,4
+	$(PY) -m bench plot $(emulated_comm)
 
 bench-predict: LINK ?= 5gbit
 bench-predict: NODES ?= 2,4
 bench-predict: venv ## predict N nodes from the 1-node runs in RESULTS over LINK (5gbit; LINK_FROM=sweep measured on your link)
-	$(PY) -m bench predict $(or $(RESULTS),$(NEWEST_RESULTS)) --link $(LINK) \
-	  $(if $(LINK_FROM),--link-from $(LINK_FROM)) --nodes $(NODES)
+	@$(call pick_results,-comm\.jsonl$$\|/comm-); \
+	$(PY) -m bench predict "$$results" --link "$$MK_LINK" \
+	  $${MK_LINK_FROM:+--link-from "$$MK_LINK_FROM"} --nodes "$$MK_NODES"
+
+# After bench-emulated's own default (2): a target's `?=` applies only where the variable is
+# not defined yet when make reads it.
+REPEATS ?= 3
 
 bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
-	$(PY) scripts/overhead.py --against plain --repeats $(REPEATS)
+	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS"
 
 bench-launch-overhead: venv build-cpu ## per-cell launch overhead, natively and through Compose (goal < 10 s)
-	$(PY) scripts/launch_overhead.py --repeats $(REPEATS) --image $(CPU_IMAGE)
+	$(PY) scripts/launch_overhead.py --repeats "$$MK_REPEATS" --image "$$MK_CPU_IMAGE"
 
 bench-container-overhead: venv build-cpu ## the trainer natively vs in the CPU container (goal >= 0.98)
-	$(PY) scripts/overhead.py --against container --image $(CPU_IMAGE) --repeats $(REPEATS)
+	$(PY) scripts/overhead.py --against container --image "$$MK_CPU_IMAGE" --repeats "$$MK_REPEATS"
 
 # --- quality -------------------------------------------------------------------------------
 lint: venv ## static checks (ruff)
-	$(VENV)/bin/ruff check bench tests scripts
+	"$$MK_VENV/bin/ruff" check bench tests scripts
 
 unit: venv ## the fast unit tests only (no Docker)
 	$(PY) -m pytest -m "not e2e"
 
-test: venv lint docker build-cpu build-nfs | $(FASHION_MNIST_DIR) ## every test: unit and end-to-end (Docker, NFS, torchrun)
-	BENCH_FASHION_MNIST_DIR=$(FASHION_MNIST_DIR) $(PY) -m pytest
+# What the tests need on a Debian/Ubuntu host, installed where missing, with one apt-get
+# update: the NFS client (libnfs-utils), sshd for the SSH tests' own loopback server
+# (openssh-server; its system service is not started), ip/tc (iproute2), Docker and
+# Compose, Python's venv module, and Fashion-MNIST where FASHION_MNIST_DIR is missing.
+test-deps: ## install the test prerequisites missing on this host (scripts/install-host.sh test)
+	@parts=(test docker); \
+	"$$MK_PYTHON" -c 'import ensurepip, venv' 2>/dev/null || parts+=(venv); \
+	[ -d "$$MK_FASHION_MNIST_DIR" ] || parts+=(dataset); \
+	scripts/install-host.sh "$${parts[@]}"
 
+test: test-deps venv lint docker build-cpu build-nfs ## every test: unit and end-to-end (Docker, NFS, torchrun, sshd)
+	BENCH_FASHION_MNIST_DIR="$$MK_FASHION_MNIST_DIR" $(PY) -m pytest
+
+# Only a virtual environment (it has a pyvenv.cfg) is removed as VENV.
 clean: ## remove the venv, build files and caches (results and images are kept)
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	@if [ -e "$$MK_VENV" ] && [ ! -f "$$MK_VENV/pyvenv.cfg" ]; then \
+	  echo "clean: VENV=$$MK_VENV is not a virtual environment (no pyvenv.cfg): not removing it" >&2; exit 2; fi
+	rm -rf -- $${MK_VENV:+"$$MK_VENV"} .pytest_cache build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

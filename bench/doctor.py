@@ -13,12 +13,23 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
   dataset    the dataset volume mounts in the image and matches its manifest
   resolve    every host name resolves on this host
   clock      the clock is within 0.5 s of this machine's (WARN to 5 s, FAIL beyond)
+  exposure   WARN where MASTER_ADDR or the address of the NCCL/gloo socket interface is
+             public (globally routable): the c10d store and NCCL/gloo have no
+             authentication and exchange pickled objects, so anyone who reaches those
+             ports can run code on the nodes. A warning, not a failure: a firewall may
+             close them.
+
+Every host is a strict host name (``bench.topology.parse_hosts``) and every ssh call ends
+ssh's options with ``--`` before the host, so no host can become an ssh option.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
+import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -27,13 +38,22 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.config import OneLineErrorParser
-from bench.launchers.ssh import ssh_base
-from bench.options import ConfigError
+from bench.launchers.ssh import ssh_argv, ssh_base
+from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
 from bench.settings import read_env_file
-from bench.topology import parse_hosts
+from bench.topology import host_address, parse_hosts, shown
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 SHM_MINIMUM = 1 << 30
+SSH_PROBE_S = 30          # the first contact: a host that does not answer in 30 s is down
+MAX_CHECK_TIMEOUT_S = 3600
+DEFAULT_MASTER_PORT = 29500
+# --dataset names one directory under the image's /data: a plain name, nothing more.
+_DATASET = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}", re.ASCII)
+_ADDRESS = re.compile(r"\binet6? ([0-9A-Fa-f:.]+)/")
+EXPOSED = ("the c10d store and NCCL/gloo have no authentication and exchange pickled "
+           "objects: keep the job on a private network, or firewall MASTER_PORT and the "
+           "NCCL/gloo ports to the nodes")
 VERSIONS = ("import torch; nccl = torch.cuda.nccl.version() if "
             "torch.cuda.is_available() else None; print(torch.__version__, torch.version.cuda, "
             "nccl)")
@@ -49,17 +69,29 @@ class Row:
 
 class Doctor:
     def __init__(self, hosts: list[str], image: str, settings: dict[str, str],
-                 ssh_config: Path | None, dataset: str, master_port: int):
+                 ssh_config: Path | None, dataset: str, master_port: int,
+                 timeout: float = 300):
         self.hosts, self.image, self.settings = hosts, image, settings
         self.ssh = ssh_base(ssh_config)
-        self.dataset, self.master_port = dataset, master_port
-        self.master = hosts[0]
+        self.dataset, self.master_port, self.timeout = dataset, master_port, timeout
+        self.master = host_address(hosts[0])  # MASTER_ADDR: the first host, without user@
         self.rows: list[Row] = []
         self.reachable: list[str] = []
 
-    def run(self, host: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.ssh, host, command], capture_output=True, text=True,
-                              timeout=timeout)
+    def argv(self, host: str, command: str) -> list[str]:
+        """The ssh command line for ``command`` on ``host``: ``--`` right before the host."""
+        return ssh_argv(self.ssh, host, command)
+
+    def run(self, host: str, command: str,
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+        """``command`` on ``host`` over ssh; a check that outlives ``timeout`` (default:
+        --timeout) reads as exit status 124, as timeout(1) says it."""
+        limit = min(timeout, self.timeout) if timeout else self.timeout
+        argv = self.argv(host, command)
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(argv, 124, "", f"no answer in {limit:g} s")
 
     def add(self, host: str, check: str, result: str, detail: str) -> None:
         self.rows.append(Row(host, check, result, detail))
@@ -75,7 +107,8 @@ class Doctor:
             if images[host]:
                 self.check_gpu(host)
                 self.check_dataset(host)
-            self.check_interface(host)
+            devices = self.check_interface(host)
+            self.check_exposure(host, devices)
             self.check_shm(host)
             self.check_resolve(host)
             self.check_clock(host)
@@ -84,10 +117,9 @@ class Doctor:
         return self.rows
 
     def check_ssh(self, host: str) -> bool:
-        try:
-            out = self.run(host, "true", timeout=30)
-        except subprocess.TimeoutExpired:
-            self.add(host, "ssh", FAIL, "no answer in 30 s: is the host up and sshd running?")
+        out = self.run(host, "true", timeout=SSH_PROBE_S)
+        if out.returncode == 124 and not out.stdout and out.stderr.startswith("no answer"):
+            self.add(host, "ssh", FAIL, f"{out.stderr}: is the host up and sshd running?")
             return False
         if out.returncode == 0:
             self.add(host, "ssh", PASS, "passwordless, host key known")
@@ -137,20 +169,23 @@ class Doctor:
             self.add(host, "gpu", FAIL, "GPUs not visible in the container: install "
                      "nvidia-container-toolkit (scripts/install-host.sh gpu), restart Docker")
 
-    def check_interface(self, host: str) -> None:
+    def check_interface(self, host: str) -> list[str]:
+        """The interface checks; returns the interfaces NCCL/gloo will use on ``host``."""
         route = self.run(host, f"ip route get $(getent ahostsv4 {shlex.quote(self.master)} "
                          "| awk 'NR==1{print $1}') | grep -o 'dev [^ ]*' | head -n 1")
         device = route.stdout.strip().removeprefix("dev ").strip()
         if not device:
             self.add(host, "interface", FAIL, f"no route to MASTER_ADDR {self.master}")
-            return
+            return []
+        used = []
         for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
             wanted = self.settings.get(variable, "")
             if not wanted:
                 self.add(host, "interface", WARN, f"{variable} unset: the library guesses; "
                          f"set {variable}={device} (the route to {self.master})")
+                used.append(device)
                 continue
-            names = [n.lstrip("=") for n in wanted.split(",") if not n.startswith("^")]
+            names = [n.lstrip("=") for n in wanted.split(",") if n and not n.startswith("^")]
             exists = self.run(host, " || ".join(f"ip link show {shlex.quote(n)} >/dev/null "
                                                 "2>&1" for n in names) or "false")
             if exists.returncode != 0:
@@ -159,18 +194,57 @@ class Doctor:
             elif device not in names:
                 self.add(host, "interface", FAIL, f"{variable}={wanted} but the route to "
                          f"{self.master} uses {device}: set {variable}={device}")
+                used.extend(names)
             else:
                 self.add(host, "interface", PASS, f"{variable}={wanted} routes to {self.master}")
+                used.extend(names)
+        return list(dict.fromkeys(used))
+
+    def interface_addresses(self, host: str, devices: list[str]) -> dict[str, list[str]]:
+        """{interface: its IPv4 and IPv6 addresses} on ``host`` (``ip -o addr``)."""
+        found: dict[str, list[str]] = {}
+        for device in devices:
+            out = self.run(host, f"ip -o addr show dev {shlex.quote(device)}")
+            found[device] = _ADDRESS.findall(out.stdout) if out.returncode == 0 else []
+        return found
+
+    def check_exposure(self, host: str, devices: list[str]) -> None:
+        """WARN where MASTER_ADDR (on the first host's row) or an address of the interface
+        NCCL/gloo use on ``host`` is public: nothing authenticates who joins or what they
+        send. Loopback, private, link-local and shared addresses pass."""
+        public = []
+        if host_address(host) == self.master:
+            public += [f"{a} (MASTER_ADDR {name})" if a != name else f"{a} (MASTER_ADDR)"
+                       for name in self.master_names() for a in resolve(name)
+                       if is_public(a)]
+        for device, addresses in self.interface_addresses(host, devices).items():
+            public += [f"{a} ({device})" for a in addresses if is_public(a)]
+        if public:
+            self.add(host, "exposure", WARN, f"public address {', '.join(public)}: {EXPOSED}")
+        else:
+            checked = ["MASTER_ADDR"] if host_address(host) == self.master else []
+            checked += devices
+            self.add(host, "exposure", PASS, f"{' and '.join(checked) or 'nothing'} "
+                     "private or loopback only")
+
+    def master_names(self) -> list[str]:
+        """MASTER_ADDR as the SSH fan-out sets it (the first host) and, where it differs,
+        as the settings file sets it for `make node-up`."""
+        names = [self.master]
+        configured = self.settings.get("MASTER_ADDR", "").strip()
+        if configured and configured != self.master:
+            names.append(configured)
+        return names
 
     def check_rendezvous(self) -> None:
-        if self.master not in self.reachable:
+        if self.hosts[0] not in self.reachable:  # the first host leads
             return
         port = self.master_port
         listener = subprocess.Popen(
-            [*self.ssh, self.master, "timeout 30 python3 -c " + shlex.quote(
+            self.argv(self.hosts[0], "timeout 30 python3 -c " + shlex.quote(
                 "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
                 f"socket.SO_REUSEADDR, 1); s.bind(('', {port})); s.listen(16); "
-                "print('listening', flush=True)\nwhile True: s.accept()[0].close()")],
+                "print('listening', flush=True)\nwhile True: s.accept()[0].close()")),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             ready = listener.stdout.readline().strip() == "listening"  # type: ignore[union-attr]
@@ -179,7 +253,8 @@ class Doctor:
                     self.add(host, "rendezvous", FAIL, f"port {port} on {self.master} is in "
                              "use or cannot be opened: free it or set MASTER_PORT")
                     continue
-                out = self.run(host, f"timeout 5 bash -c '</dev/tcp/{self.master}/{port}'")
+                probe = shlex.quote(f"</dev/tcp/{self.master}/{port}")
+                out = self.run(host, f"timeout 5 bash -c {probe}")
                 result, detail = (PASS, f"{self.master}:{port} reachable") if out.returncode \
                     == 0 else (FAIL, f"{self.master}:{port} unreachable: open TCP {port} "
                                "(and the NCCL/gloo ports) between the nodes")
@@ -190,7 +265,8 @@ class Doctor:
 
     def check_shm(self, host: str) -> None:
         out = self.run(host, "df -k --output=size /dev/shm | tail -n 1")
-        size = int(out.stdout.strip() or 0) * 1024
+        text = out.stdout.strip()
+        size = int(text) * 1024 if text.isdigit() else 0
         result = PASS if size >= SHM_MINIMUM else FAIL
         self.add(host, "shm", result, f"/dev/shm {size / (1 << 30):.1f} GiB" +
                  ("" if result == PASS else ": enlarge it (mount -o remount,size=8G /dev/shm)"))
@@ -214,7 +290,7 @@ class Doctor:
             self.add(host, "dataset", FAIL, (text[-1] if text else "mount failed")[:160])
 
     def check_resolve(self, host: str) -> None:
-        names = " ".join(shlex.quote(h) for h in self.hosts)
+        names = " ".join(shlex.quote(host_address(h)) for h in self.hosts)
         out = self.run(host, f"for h in {names}; do getent ahosts $h >/dev/null || echo $h; "
                        "done")
         missing = out.stdout.split()
@@ -228,10 +304,39 @@ class Doctor:
         before = time.time()
         out = self.run(host, "date +%s.%N")
         after = time.time()
-        skew = float(out.stdout.strip() or 0) - (before + after) / 2
+        try:
+            skew = float(out.stdout.strip()) - (before + after) / 2
+        except ValueError:
+            self.add(host, "clock", FAIL, f"cannot read the clock: {out.stderr.strip()[:80]}")
+            return
+        if skew != skew:  # nan
+            skew = float("inf")
         result = PASS if abs(skew) < 0.5 else WARN if abs(skew) < 5 else FAIL
         self.add(host, "clock", result, f"{skew:+.3f} s from this machine" +
                  ("" if result == PASS else ": run NTP (chrony or systemd-timesyncd)"))
+
+
+def is_public(address: str) -> bool:
+    """Whether ``address`` is globally routable (not loopback, private, link-local,
+    shared or documentation space)."""
+    try:
+        return ipaddress.ip_address(address).is_global
+    except ValueError:
+        return False
+
+
+def resolve(name: str) -> list[str]:
+    """The addresses ``name`` resolves to on this machine (a literal is itself)."""
+    try:
+        ipaddress.ip_address(name)
+        return [name]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def _ssh_fix(stderr: str, host: str) -> str:
@@ -254,27 +359,59 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
                         "dataset volume); default compose/.env, else compose/.env.example")
     parser.add_argument("--dataset", default="fashion-mnist", help="dataset directory to verify")
     parser.add_argument("--ssh-config", type=Path, help="an ssh_config file for ssh -F")
+    parser.add_argument("--master-port", type=int, help="the rendezvous port to probe "
+                        f"(default: MASTER_PORT of the settings, else {DEFAULT_MASTER_PORT})")
+    parser.add_argument("--timeout", type=finite_float, default=300.0,
+                        help="seconds any one remote check may take (default: %(default)s)")
     args = parser.parse_args(argv)
     compose_dir = Path(__file__).resolve().parent.parent / "compose"
-    env_file = args.env_file or next(p for p in (compose_dir / ".env",
-                                                 compose_dir / ".env.example") if p.is_file())
+    env_file = args.env_file or next((p for p in (compose_dir / ".env",
+                                                  compose_dir / ".env.example") if p.is_file()),
+                                     compose_dir / ".env")
     try:
         hosts = parse_hosts(args.hosts, "--hosts")
+        check_image(args.image, "--image")
+        if not _DATASET.fullmatch(args.dataset) or args.dataset in (".", ".."):
+            raise ConfigError("--dataset", shown(args.dataset), "one plain directory name "
+                              "(letters, digits, _ . + -; not starting with . or -), e.g. "
+                              "fashion-mnist")
         if not env_file.is_file():
-            raise ConfigError("--env-file", env_file, "no such file")
+            raise ConfigError("--env-file", shown(env_file), "no such file: copy "
+                              "compose/.env.example to compose/.env and edit it")
+        if args.ssh_config is not None and not args.ssh_config.is_file():
+            raise ConfigError("--ssh-config", shown(args.ssh_config), "no such file")
+        if not 0 < args.timeout <= MAX_CHECK_TIMEOUT_S:
+            raise ConfigError("--timeout", shown(args.timeout), "must be a number of seconds "
+                              f"in (0, {MAX_CHECK_TIMEOUT_S}]")
+        settings = read_env_file(env_file)
+        master_port = _master_port(args.master_port, settings)
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    settings = read_env_file(env_file)
-    doctor = Doctor(hosts, args.image, settings, args.ssh_config, args.dataset,
-                    int(settings.get("MASTER_PORT", 29500)))
+    doctor = Doctor(hosts, args.image, settings, args.ssh_config, args.dataset, master_port,
+                    timeout=args.timeout)
     rows = doctor.check_all()
     print(tabulate([dataclasses.astuple(r) for r in rows],
                    headers=["host", "check", "result", "detail / fix"], tablefmt="github"))
+    for row in rows:
+        if row.check == "exposure" and row.result == WARN:
+            print(f"{prog}: warning: {row.host}: {row.detail}", file=sys.stderr)
     failed = sum(r.result == FAIL for r in rows)
     print(f"\n{failed} FAIL, {sum(r.result == WARN for r in rows)} WARN, "
           f"{sum(r.result == PASS for r in rows)} PASS", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _master_port(flag: int | None, settings: dict[str, str]) -> int:
+    """--master-port, else MASTER_PORT of the settings, else 29500: an unprivileged port."""
+    if flag is not None:
+        setting, raw = "--master-port", str(flag)
+    else:
+        setting, raw = "MASTER_PORT", settings.get("MASTER_PORT", str(DEFAULT_MASTER_PORT))
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdigit()) or not MIN_PORT <= int(raw) <= MAX_PORT:
+        raise ConfigError(setting, shown(raw), f"must be a TCP port in {MIN_PORT}-{MAX_PORT}")
+    return int(raw)
 
 
 if __name__ == "__main__":

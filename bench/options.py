@@ -122,7 +122,7 @@ def require_range(value: float | None, field_name: str, low: float, high: float,
 
 def check_image(reference: str, setting: str) -> str:
     """``reference`` if it is a well-formed image reference, else ConfigError."""
-    if len(reference) > 255 or not _IMAGE_REF.match(reference):
+    if len(reference) > 255 or not _IMAGE_REF.fullmatch(reference):
         raise ConfigError(setting, reference or "''", "is not an image reference such as "
                           "bench-trainer:cpu or registry.example:5000/lab/trainer:1.0")
     return reference

@@ -21,7 +21,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 def child(parent: Path, name: str, setting: str) -> Path:
     """``parent / name``, where ``name`` must be a single plain component that stays inside
     ``parent`` once resolved (symbolic links included)."""
-    if not _NAME.match(name) or name in (".", ".."):
+    if not _NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(setting, name or "''", "must be one plain name (letters, digits, "
                           "_ . + -; not starting with . or -), e.g. fashion-mnist")
     path = parent / name

@@ -1,15 +1,46 @@
-"""Topologies written NODESxGPUS (``1x1``, ``1x2``, ``2x1``, ``2x2``): parsed here and only here.
+"""Topologies written NODESxGPUS (``1x1``, ``1x2``, ``2x1``, ``2x2``) and the other list
+settings of the command line (batch sizes, choices, hosts): parsed here and only here.
 
-On CPU runs the second number counts processes per node.
+On CPU runs the second number counts processes per node. Every value gets a bound: a
+huge number is as sure a typo as a zero, and a host name is a strict pattern, never
+anything an ``ssh`` or a shell could read as an option or as syntax.
 """
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 
 from bench.options import ConfigError
 
-_PATTERN = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+# The largest job this stack plans for: a typo such as 99999999x1 is refused, not tried.
+MAX_NODES = 1024
+MAX_PROCS_PER_NODE = 64
+# The default bound of parse_positive_ints (batch sizes, accumulation steps, node counts).
+MAX_LIST_INT = 1 << 20
+# At most this many characters of a bad value are echoed back in the error line.
+_SHOWN = 80
+
+_PATTERN = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*", re.ASCII)
+_INT = re.compile(r"[0-9]+", re.ASCII)
+# user@host: a POSIX-style login name (letters, digits, _ . -; not starting with - or .).
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", re.ASCII)
+# One DNS label (RFC 1123): letters, digits and inner hyphens, 1-63 characters.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+_IPV6_CHARS = re.compile(r"[0-9A-Fa-f:.]+", re.ASCII)
+_HOST_HELP = ("write a DNS name (letters, digits, inner '-' and '.'), an IPv4 or IPv6 "
+              "address, or user@host, e.g. node1,node2.lab.example,10.0.0.2")
+
+
+def shown(value: object) -> str:
+    """``value`` as an error line shows it: one line, printable ASCII (anything else as
+    Python escapes, so a look-alike letter shows as \\u0430), at most 80 characters."""
+    text = str(value)
+    if not text:
+        return "''"
+    if not (text.isascii() and text.isprintable()):
+        text = ascii(text)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -35,13 +66,23 @@ class Topology:
 
     @classmethod
     def parse(cls, text: str, setting: str = "--topologies") -> Topology:
-        match = _PATTERN.match(text)
+        match = _PATTERN.fullmatch(text)
         if not match:
-            raise ConfigError(setting, text or "''", "write NODESxGPUS, e.g. 1x1, 1x2, 2x1")
-        nodes, procs = int(match.group(1)), int(match.group(2))
+            raise ConfigError(setting, shown(text), "write NODESxGPUS, e.g. 1x1, 1x2, 2x1")
+        nodes, procs = (_bounded_int(digits) for digits in match.groups())
         if nodes < 1 or procs < 1:
-            raise ConfigError(setting, text, "nodes and GPUs per node must both be at least 1")
+            raise ConfigError(setting, shown(text),
+                              "nodes and GPUs per node must both be at least 1")
+        if nodes > MAX_NODES or procs > MAX_PROCS_PER_NODE:
+            raise ConfigError(setting, shown(text), f"at most {MAX_NODES} nodes and "
+                              f"{MAX_PROCS_PER_NODE} GPUs (processes) per node, e.g. 2x8")
         return cls(nodes, procs)
+
+
+def _bounded_int(digits: str) -> int:
+    """ASCII digits -> int; an absurdly long number (which int() would refuse past 4,300
+    digits) reads as one past any bound here."""
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 def _items(text: str, setting: str, example: str) -> list[str]:
@@ -57,19 +98,21 @@ def parse_list(text: str, setting: str = "--topologies") -> list[Topology]:
     items = _items(text, setting, "1x1,1x2,2x1")
     topologies = [Topology.parse(item, setting) for item in items]
     if len(set(topologies)) != len(topologies):
-        raise ConfigError(setting, text, "lists a topology twice")
+        raise ConfigError(setting, shown(text), "lists a topology twice")
     return topologies
 
 
-def parse_positive_ints(text: str, setting: str) -> list[int]:
-    """``"64,128 256"`` -> [64, 128, 256], for batch sizes and the like."""
+def parse_positive_ints(text: str, setting: str, maximum: int = MAX_LIST_INT) -> list[int]:
+    """``"64,128 256"`` -> [64, 128, 256], for batch sizes and the like, each in
+    1..``maximum`` (default 1,048,576)."""
     values = []
     for item in _items(text, setting, "64,128"):
-        if not item.isdigit() or int(item) < 1:
-            raise ConfigError(setting, item, "must be a positive integer, e.g. 64,128")
+        if not _INT.fullmatch(item) or not 1 <= _bounded_int(item) <= maximum:
+            raise ConfigError(setting, shown(item),
+                              f"must be a positive integer, at most {maximum:,}, e.g. 64,128")
         values.append(int(item))
     if len(set(values)) != len(values):
-        raise ConfigError(setting, text, "lists a value twice")
+        raise ConfigError(setting, shown(text), "lists a value twice")
     return values
 
 
@@ -78,18 +121,63 @@ def parse_choices(text: str, allowed: tuple[str, ...], setting: str) -> list[str
     items = _items(text, setting, ",".join(allowed[:2]))
     bad = [item for item in items if item not in allowed]
     if bad:
-        raise ConfigError(setting, ",".join(bad), f"choose from {', '.join(allowed)}")
+        raise ConfigError(setting, shown(",".join(bad)), f"choose from {', '.join(allowed)}")
     return items
 
 
+def host_address(host: str) -> str:
+    """The address part of a parsed host: ``user@node1`` -> ``node1`` (MASTER_ADDR)."""
+    return host.rpartition("@")[2]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_host(host: str, setting: str = "HOSTS") -> str:
+    """``host`` if it is a strict host name, else ConfigError naming ``setting``.
+
+    Accepted: a DNS name (labels of letters, digits and inner hyphens, 253 characters at
+    most), an IPv4 address, an IPv6 address without brackets or zone, each optionally
+    behind ``user@``. Nothing else, so a host is never an ssh option (``-oProxyCommand=``)
+    nor shell syntax, whatever reads it.
+    """
+    if host.startswith("-"):
+        raise ConfigError(setting, shown(host), "a host name never starts with '-' (ssh "
+                          f"would read it as an option): {_HOST_HELP}")
+    user, at, address = host.rpartition("@")
+    if at and not _USER.fullmatch(user):
+        raise ConfigError(setting, shown(host), "the user of user@host is letters, digits, "
+                          "_ . - (not starting with - or .), e.g. bench@node1")
+    if ":" in address:
+        valid = bool(_IPV6_CHARS.fullmatch(address)) and _is_ip(address)
+    else:
+        labels = address.split(".")
+        valid = len(address) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
+        if valid and all(label.isdigit() for label in labels):
+            valid = _is_ip(address)  # all-numeric: an IPv4 address or nothing
+    if not valid:
+        raise ConfigError(setting, shown(host), f"is not a host name: {_HOST_HELP}")
+    return host
+
+
 def parse_hosts(text: str, setting: str = "HOSTS") -> list[str]:
-    """``"host1,host2"`` -> hosts in node-rank order; empty or duplicate names are refused."""
+    """``"host1,host2"`` -> hosts in node-rank order, each a strict host name (see
+    ``check_host``); empty or duplicate names are refused."""
     hosts = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not host for host in hosts):
-        raise ConfigError(setting, text or "''", "an empty host name: write host1,host2[,...]")
-    if any(re.search(r"\s", host) for host in hosts):
-        raise ConfigError(setting, text, "host names contain no spaces: write host1,host2")
-    if len(set(hosts)) != len(hosts):
-        duplicate = next(h for h in hosts if hosts.count(h) > 1)
-        raise ConfigError(setting, text, f"lists {duplicate} twice: each host is one node")
+        raise ConfigError(setting, shown(text), "an empty host name: write host1,host2[,...]")
+    if len(hosts) > MAX_NODES:
+        raise ConfigError(setting, f"({len(hosts)} hosts)", f"at most {MAX_NODES} hosts")
+    for host in hosts:
+        check_host(host, setting)
+    addresses = [host_address(host).lower() for host in hosts]
+    if len(set(addresses)) != len(addresses):
+        duplicate = next(h for h, a in zip(hosts, addresses, strict=True) if addresses.count(a) > 1)
+        raise ConfigError(setting, shown(text), f"lists {duplicate} twice: each host is one "
+                          "node")
     return hosts

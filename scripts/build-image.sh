@@ -13,7 +13,15 @@ here=$(cd "$(dirname "$0")" && pwd); repo=$(dirname "$here")
 # shellcheck source=../docker/images.env
 . "$repo/docker/images.env"
 say() { printf 'build-image: %s\n' "$*" >&2; }
-kind=$1; tag=$2; base=$3; pyver=${4:-}; flavour=${5:-default}
+kind=${1:-}; tag=${2:-}; base=${3:-}; pyver=${4:-}; flavour=${5:-default}
+# Every argument is checked before docker sees it: an image reference never starts with
+# "-" (docker would read an option), a Python version is 3.N, a flavour a plain word.
+bad() { say "error: $1=${2@Q}: $3"; exit 2; }
+image_ref='^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$'
+[[ $tag =~ $image_ref ]] || bad TAG "$tag" "an image reference such as bench-trainer:cpu"
+[[ $base =~ $image_ref ]] || bad BASE_IMAGE "$base" "an image reference such as debian:bookworm-slim"
+[ "$kind" != trainer ] || [[ $pyver =~ ^3\.[0-9]{1,2}$ ]] || bad BASE_PYTHON "$pyver" "a version such as 3.11"
+[[ $flavour =~ ^[a-z0-9][a-z0-9.]{0,31}$ ]] || bad TORCH_FLAVOUR "$flavour" "default, or a PyTorch index name such as cu126, cu128, cpu"
 
 if docker image inspect "$base" >/dev/null 2>&1; then
   :

@@ -8,10 +8,15 @@
 # TORCH_FLAVOUR: default (PyPI's build: CUDA 13.0 for torch 2.14) or a PyTorch index name
 # such as cu126, cu128 or cpu (see docker/README.md for the driver each needs).
 set -euo pipefail
-DIR=$1; PYVER=$2; FLAVOUR=${3:-default}
+DIR=${1:-}; PYVER=${2:-}; FLAVOUR=${3:-default}
 PYTHON=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")/.." && pwd)
 say() { printf 'wheels: %s\n' "$*" >&2; }
+# Checked before pip sees them: FLAVOUR goes into an index URL, PYVER into --python-version.
+bad() { say "error: $1=${2@Q}: $3"; exit 2; }
+[ -n "$DIR" ] && [ "${DIR#-}" = "$DIR" ] || bad DIR "$DIR" "a directory for the wheels, e.g. .wheels/py3.11-default"
+[[ $PYVER =~ ^3\.[0-9]{1,2}$ ]] || bad PYTHON_VERSION "$PYVER" "a version such as 3.11"
+[[ $FLAVOUR =~ ^[a-z0-9][a-z0-9.]{0,31}$ ]] || bad TORCH_FLAVOUR "$FLAVOUR" "default, or a PyTorch index name such as cu126, cu128, cpu"
 
 args=(download --quiet --disable-pip-version-check -d "$DIR" -r "$here/requirements.txt" --only-binary=:all:)
 if [ "$FLAVOUR" != default ]; then

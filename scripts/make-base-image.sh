@@ -9,6 +9,12 @@ set -euo pipefail
 IMAGE=${1:-bench-base:bookworm}
 SUITE=${SUITE:-bookworm}
 say() { printf 'make-base-image: %s\n' "$*" >&2; }
+if ! [[ $IMAGE =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$ ]]; then
+  say "error: IMAGE=${IMAGE@Q}: an image reference such as bench-base:bookworm"; exit 2
+fi
+if ! [[ $SUITE =~ ^[a-z][a-z0-9-]{0,31}$ ]]; then
+  say "error: SUITE=${SUITE@Q}: a Debian suite such as bookworm"; exit 2
+fi
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   say "$IMAGE exists already"; exit 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -154,7 +155,8 @@ def loopback_sshd(tmp_path_factory):
     accepts an unknown key.
     """
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    _require(Path(sshd).exists(), "openssh-server is not installed (.ci/run installs it)")
+    _require(Path(sshd).exists(), "openssh-server is not installed: `make test` installs it "
+             "(make test-deps, i.e. scripts/install-host.sh test)")
     home = tmp_path_factory.mktemp("sshd")
     for name in ("host_ed25519", "id_ed25519"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / name)],
@@ -191,3 +193,53 @@ def loopback_sshd(tmp_path_factory):
     yield home
     server.terminate()
     server.wait(timeout=10)
+
+
+# --- the real make ----------------------------------------------------------------------------
+MAKE_NOISE = ("make: ***", "make[1]: ***", "make[2]: ***")
+
+
+def run_make(*args: str, cwd: Path = REPO, env: dict | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+    """The real ``make -C cwd ARGS...`` (no dry run), stdin closed."""
+    return subprocess.run(["make", "--no-print-directory", "-C", str(cwd), *args],
+                          cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without make's own trailer (``make: *** [Makefile:12: doctor] Error 2``)."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and not line.startswith(MAKE_NOISE)]
+
+
+class FakeVenv:
+    """A VENV whose ``bin/python`` runs nothing: it records its argv (one JSON list per
+    call) and exits 0. ``make VENV=<path>`` then shows exactly which arguments each recipe
+    passes, as separate argv items, without training anything."""
+
+    def __init__(self, root: Path):
+        self.path, self.log = root / "venv", root / "python-calls.jsonl"
+        (self.path / "bin").mkdir(parents=True)
+        python = self.path / "bin" / "python"
+        record = ("import json, sys; "
+                  "open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + chr(10))")
+        python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "
+                          f"{shlex.quote(record)} {shlex.quote(str(self.log))} \"$@\"\n")
+        python.chmod(0o755)
+        (self.path / ".installed").touch()  # newer than the requirements: venv is done
+
+    def calls(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def bench_calls(self, verb: str) -> list[list[str]]:
+        """The argv after ``-m bench VERB`` of each such call."""
+        return [c[3:] for c in self.calls() if c[:3] == ["-m", "bench", verb]]
+
+
+@pytest.fixture
+def fake_venv(tmp_path) -> FakeVenv:
+    return FakeVenv(tmp_path)
+

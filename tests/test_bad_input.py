@@ -209,7 +209,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "make table results": (make("table", f"RESULTS=x;touch {PWNED}"), "x;touch"),
     "make matrix topologies": (make("bench-matrix", f"TOPOLOGIES=1x1'; touch {PWNED}; '"),
                                "--topologies"),
-    "make matrix model": (make("bench-matrix", f"MODEL=$(touch {PWNED})"), "--models"),
+    "make matrix model": (make("bench-matrix", f"MODEL=$(touch {PWNED})"), "MODEL"),
     "make emulated link": (make("bench-emulated", f"LINK=`touch {PWNED}`"), "--link"),
 }
 

@@ -11,11 +11,11 @@ from conftest import EXAMPLE_ENV, LOOPBACK_HOSTS, REPO
 pytestmark = pytest.mark.e2e
 
 
-def doctor(sshd_home, image, env_lines: str, tmp_path):
+def doctor(sshd_home, image, env_lines: str, tmp_path, hosts=LOOPBACK_HOSTS):
     env_file = tmp_path / "node.env"
     env_file.write_text(EXAMPLE_ENV.read_text() + env_lines)
     return subprocess.run([sys.executable, "-m", "bench", "doctor", "--hosts",
-                           ",".join(LOOPBACK_HOSTS), "--image", image, "--env-file",
+                           ",".join(hosts), "--image", image, "--env-file",
                            str(env_file), "--ssh-config", str(sshd_home / "ssh_config")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
@@ -42,7 +42,7 @@ def test_doctor_passes_a_ready_pair_of_hosts(loopback_sshd, cpu_image, staged_fa
     found = rows(out.stdout)
     for host in LOOPBACK_HOSTS:
         for check in ("ssh", "docker", "image", "interface", "rendezvous", "dataset",
-                      "resolve", "clock"):
+                      "resolve", "clock", "exposure"):
             assert found[(host, check)][0] == "PASS", (host, check, found.get((host, check)))
         assert found[(host, "gpu")][0] == "WARN"  # no NVIDIA driver here: a CPU host
     assert out.returncode == (1 if any(r == "FAIL" for r, _ in found.values()) else 0)
@@ -68,3 +68,19 @@ def test_doctor_fails_a_missing_image_naming_the_host(loopback_sshd, docker_engi
     for host in LOOPBACK_HOSTS:
         result, detail = found[(host, "image")]
         assert result == "FAIL" and f"missing on {host}" in detail
+
+
+def test_doctor_takes_user_at_host_and_leads_with_the_first_address(loopback_sshd,
+                                                                     docker_engine, tmp_path):
+    # user@host reaches ssh whole; MASTER_ADDR (interface route, rendezvous) is the address.
+    hosts = [f"root@{host}" for host in LOOPBACK_HOSTS]
+    out = doctor(loopback_sshd, "bench-trainer:no-such-tag",
+                 "\nGLOO_SOCKET_IFNAME=lo\nNCCL_SOCKET_IFNAME=lo\n", tmp_path, hosts=hosts)
+    found = rows(out.stdout)
+    for host in hosts:
+        for check in ("ssh", "interface", "rendezvous", "resolve", "exposure"):
+            assert found[(host, check)][0] == "PASS", (host, check, found.get((host, check)))
+    assert f"{LOOPBACK_HOSTS[0]}:" in found[(hosts[1], "rendezvous")][1]
+    assert "private or loopback" in found[(hosts[0], "exposure")][1]
+    assert "warning" not in out.stderr
+

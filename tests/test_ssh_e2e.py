@@ -38,10 +38,23 @@ def test_ssh_native_runs_one_node_per_host(loopback_sshd, tmp_path):
     results = tmp_path / "runs.jsonl"
     proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
                       "--ssh-config", str(loopback_sshd / "ssh_config"), "--topologies", "2x1",
-                      "--batch-sizes", "8", "--results", str(results), *WORKLOAD)
+                      "--batch-sizes", "8", "--results", str(results), "--verbose", *WORKLOAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_two_host_record(results)
+    # --verbose: each node's output streamed with its host as prefix
     assert f"[{LOOPBACK_HOSTS[0]}] [bench] step" in proc.stderr, "streamed with a host prefix"
+
+
+def test_ssh_takes_user_at_host(loopback_sshd, tmp_path):
+    # ssh gets root@127.0.0.2 whole (after --); torchrun's MASTER_ADDR is 127.0.0.2.
+    hosts = [f"root@{host}" for host in LOOPBACK_HOSTS]
+    results = tmp_path / "runs.jsonl"
+    proc = run_matrix("--launcher", "ssh", "--hosts", ",".join(hosts), "--runtime", "native",
+                      "--ssh-config", str(loopback_sshd / "ssh_config"), "--topologies", "2x1",
+                      "--batch-sizes", "8", "--results", str(results), *WORKLOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = list(record.read(results))
+    assert rec["status"] == "ok" and rec["nnodes"] == 2 and rec["world_size"] == 2
 
 
 def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_path,

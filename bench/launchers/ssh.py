@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.launchers import compose, native
 from bench.launchers.nodes import NodeCommand, run_nodes
 from bench.provenance import COMM_ENV_PREFIXES
+from bench.topology import host_address
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CONNECT_TIMEOUT_S = 10
@@ -25,10 +26,18 @@ FORWARDED_PREFIXES = (*COMM_ENV_PREFIXES, "OMP_NUM_THREADS")
 
 
 def ssh_base(ssh_config: Path | None = None) -> list[str]:
+    """ssh and its options, up to (not including) the ``--`` that ends them: use
+    ``ssh_argv`` to add the host and the remote command."""
     options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
                "-o", "StrictHostKeyChecking=yes", "-o", "ServerAliveInterval=5",
                "-o", "ServerAliveCountMax=3"]
     return ["ssh", *(["-F", str(ssh_config)] if ssh_config else []), *options]
+
+
+def ssh_argv(base: list[str], host: str, command: str) -> list[str]:
+    """``ssh OPTIONS -- HOST COMMAND``: ``--`` ends ssh's options, so no host name can
+    become one (``-oProxyCommand=...``), whatever got past ``parse_hosts``."""
+    return [*base, "--", host, command]
 
 
 def forwarded_env() -> dict[str, str]:
@@ -43,13 +52,15 @@ def remote_shell(directory: str, env: dict[str, str], argv: list[str]) -> str:
 
 def gpu_count(host: str, ssh_config: Path | None) -> int | None:
     """GPUs on a host per nvidia-smi; None where it has no NVIDIA driver (a CPU host)."""
-    out = subprocess.run([*ssh_base(ssh_config), host,
-                          "nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true"],
+    out = subprocess.run(ssh_argv(ssh_base(ssh_config), host,
+                                  "nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true"),
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"ssh {host} failed: {out.stderr.strip() or out.returncode}")
-    count = int(out.stdout.strip() or 0)
-    return count or None
+    text = out.stdout.strip() or "0"
+    if not text.isdigit():
+        raise RuntimeError(f"ssh {host}: unexpected GPU count {text[:40]!r} from nvidia-smi")
+    return int(text) or None
 
 
 def preflight(cfg) -> None:
@@ -69,7 +80,7 @@ def launcher(cfg):
     """The matrix's launch function for ``--launcher ssh``."""
     preflight(cfg)
     directory = cfg.remote_dir or str(REPO)
-    master = cfg.hosts[0]
+    master = host_address(cfg.hosts[0])  # MASTER_ADDR: the first host, without user@
     ssh = ssh_base(cfg.ssh_config)
 
     def launch(cell, args, job_id, port, trainer_results, log_dir):
@@ -88,8 +99,8 @@ def launcher(cfg):
             else:
                 line, stop = _compose_lines(cfg, cell, args, job_id, port, trainer_results,
                                             directory, master, rank, env)
-            commands.append(NodeCommand(rank, host, [*ssh, host, line]))
-            cleanups.append([*ssh, host, stop])
+            commands.append(NodeCommand(rank, host, ssh_argv(ssh, host, line)))
+            cleanups.append(ssh_argv(ssh, host, stop))
 
         def cleanup() -> None:
             for argv in cleanups:

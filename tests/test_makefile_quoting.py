@@ -1,0 +1,252 @@
+"""No value given to make becomes shell syntax: through the REAL make, not a dry run.
+
+Three layers, each tested here:
+- injection attempts through the real targets and the real venv: refused in one line
+  naming the setting, exit 2, the marker file never created, nothing written;
+- with a recording venv (``FakeVenv``): each hostile value reaches the command as exactly
+  one argument, byte for byte (no splitting, globbing, quoting or substitution);
+- the Makefile's text: no user variable is referenced in a recipe (they reach recipes as
+  the environment's MK_* variables only).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import pytest
+
+from conftest import REPO, error_lines, run_make
+
+FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
+RUNS = REPO / "results" / "reference" / "emulated-cpu" / "1gbit.jsonl"  # 1-node runs
+MAKEFILE = (REPO / "Makefile").read_text()
+
+
+@pytest.fixture
+def marker(tmp_path):
+    """An absolute path that an injected command would create."""
+    path = tmp_path / "marker"
+    yield path
+    assert not path.exists(), "an injected command ran"
+
+
+def results_listing() -> set[str]:
+    return {str(p.relative_to(REPO)) for p in (REPO / "results").rglob("*")}
+
+
+# target, variable, value ({m}: the marker's path), the setting the error line names,
+# extra make arguments. Cheap: every value is refused before anything starts.
+INJECTIONS = [
+    ("doctor", "HOSTS", "a;touch {m}", "HOSTS", []),
+    ("doctor", "HOSTS", "x,-oProxyCommand=touch {m}", "HOSTS", []),
+    ("doctor", "HOSTS", "`touch {m}`", "HOSTS", []),
+    ("doctor", "HOSTS", "a\ntouch {m}", "HOSTS", []),
+    ("doctor", "IMAGE", "x;touch {m}", "--image", ["HOSTS=127.0.0.2"]),
+    ("table", "RESULTS", "x;touch {m}", "x;touch", []),
+    ("table", "RESULTS", "x'; touch {m}; '", "no such file", []),
+    ("table", "FORMAT", "csv;touch {m}", "--format", [f"RESULTS={FIXTURE}"]),
+    ("plot", "RESULTS", "x`touch {m}`", "`touch", []),
+    ("bench-matrix", "TOPOLOGIES", "1x1'; touch {m}; '", "--topologies", []),
+    ("bench-matrix", "TOPOLOGIES", "99999999x1", "--topologies", []),
+    ("bench-matrix", "MODEL", "`touch {m}`", "--models", []),
+    ("bench-matrix", "MODEL", "resnet18;touch {m}", "--models", []),
+    ("bench-matrix", "BATCH_SIZES", "8;touch {m}", "--batch-sizes", []),
+    ("bench-matrix", "BATCH_SIZES", "32 `touch {m}`", "--batch-sizes", []),
+    ("bench-matrix", "BATCH_SIZES", "99999999", "--batch-sizes", []),
+    ("bench-matrix", "PRECISION", "fp32|touch {m}", "--precisions", []),
+    ("bench-matrix", "REPEATS", "1;touch {m}", "--repeats", []),
+    ("bench-matrix", "STEPS", "1 && touch {m}", "--steps", []),
+    ("bench-matrix", "MATRIX_ARGS", "--seed 1;touch {m}", "--seed", []),
+    ("bench-matrix", "LAUNCHER", "native;touch {m}", "--launcher", []),
+    ("bench-multinode", "HOSTS", "a b;touch {m}", "HOSTS", []),
+    ("bench-multinode", "HOSTS", "-oProxyCommand=touch {m},b", "HOSTS", []),
+    ("bench-emulated", "LINK", "`touch {m}`", "--link", []),
+    ("bench-predict", "LINK", ";touch {m}", "--link", [f"RESULTS={RUNS}"]),
+    ("bench-predict", "NODES", "2;touch {m}", "--nodes", [f"RESULTS={RUNS}"]),
+    ("bench-predict", "LINK_FROM", "c;touch {m}", "c;touch", [f"RESULTS={RUNS}"]),
+    ("bench-predict", "RESULTS", "r'\"; touch {m}", "no such file", []),
+    ("bench-comm", "COMM_TOPOLOGIES", "1x2;touch {m}", "--topologies", []),
+    ("bench-comm", "MAX_SIZE", "1MiB;touch {m}", "--max-size", []),
+    ("settings", "PROFILE", "cpu;touch {m}", "PROFILE", []),
+    ("node-up", "PROFILE", "gpu;touch {m}", "--profile", []),
+    ("dataset", "DATASET", "x;touch {m}", "dataset", []),
+    ("dataset", "SRC", "/nonexistent;touch {m}", "--src", ["DATASET=cifar10"]),
+    ("wheels", "TORCH_FLAVOUR", "x;touch {m}", "TORCH_FLAVOUR", []),
+    # make itself would expand these ($(shell ...) runs a command): refused by make
+    ("bench-matrix", "MODEL", "$(touch {m})", "MODEL", []),
+    ("bench-matrix", "MODEL", "$(shell touch {m})", "MODEL", []),
+    ("bench-matrix", "BATCH_SIZES", "$(shell touch {m})", "BATCH_SIZES", []),
+    ("bench-emulated", "LINK", "$(shell touch {m})", "LINK", []),
+    ("doctor", "HOSTS", "x,-oProxyCommand=touch${{IFS}}{m}", "HOSTS", []),
+    ("table", "RESULTS", "${{shell touch {m}}}", "RESULTS", []),
+]
+
+
+@pytest.mark.parametrize("target,variable,value,setting,extra", INJECTIONS,
+                         ids=[f"{t}-{v}-{i}" for i, (t, v, *_) in enumerate(INJECTIONS)])
+def test_an_injection_is_one_line_exit_2_and_runs_nothing(target, variable, value, setting,
+                                                         extra, marker):
+    before = results_listing()
+    proc = run_make(target, f"{variable}={value.format(m=marker)}", *extra)
+    lines = error_lines(proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1, proc.stderr
+    assert setting in lines[0], lines[0]
+    assert results_listing() == before, "results/ changed"
+
+
+@pytest.mark.parametrize("variable,target", [("HOSTS", "doctor"), ("MODEL", "bench-matrix"),
+                                             ("RESULTS", "table")])
+def test_a_dollar_from_the_environment_is_refused_too(variable, target, marker):
+    proc = run_make(target, env={variable: f"$(shell touch {marker})"})
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and variable in lines[0], proc.stderr
+
+
+# --- with a recording venv: each value is exactly one argument ---------------------------------
+HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
+
+
+@pytest.mark.parametrize("target,variable,verb,flag,extra", [
+    ("doctor", "HOSTS", "doctor", "--hosts", []),
+    ("doctor", "CPU_IMAGE", "doctor", "--image", ["HOSTS=h", "PROFILE=cpu"]),
+    ("table", "RESULTS", "table", None, []),
+    ("table", "FORMAT", "table", "--format", ["RESULTS=r.jsonl"]),
+    ("plot", "RESULTS", "plot", None, []),
+    ("bench-matrix", "TOPOLOGIES", "matrix", "--topologies", []),
+    ("bench-matrix", "BATCH_SIZES", "matrix", "--batch-sizes", []),
+    ("bench-matrix", "MODEL", "matrix", "--models", []),
+    ("bench-matrix", "PRECISION", "matrix", "--precisions", []),
+    ("bench-matrix", "REPEATS", "matrix", "--repeats", []),
+    ("bench-matrix", "STEPS", "matrix", "--steps", []),
+    ("bench-matrix", "RESULTS", "matrix", "--results", []),
+    ("bench-matrix", "LAUNCHER", "matrix", "--launcher", []),
+    ("bench-matrix", "CPU_IMAGE", "matrix", "--image", ["LAUNCHER=compose"]),
+    ("bench-matrix", "NODE_ENV", "matrix", "--env-file", ["LAUNCHER=compose"]),
+    ("bench-multinode", "RUNTIME", "matrix", "--runtime", ["HOSTS=h1,h2"]),
+    ("bench-multinode", "IMAGE", "matrix", "--image", ["HOSTS=h1,h2"]),
+    ("bench-emulated", "LINK", "matrix", "--link", []),
+    ("bench-emulated", "COMM_HOOKS", "matrix", "--comm-hooks", []),
+    ("bench-predict", "LINK", "predict", "--link", ["RESULTS=r.jsonl"]),
+    ("bench-predict", "LINK_FROM", "predict", "--link-from", ["RESULTS=r.jsonl"]),
+    ("bench-predict", "NODES", "predict", "--nodes", ["RESULTS=r.jsonl"]),
+    ("bench-comm", "COMM_TOPOLOGIES", "matrix", "--topologies", []),
+    ("bench-comm", "MAX_SIZE", "matrix", "--max-size", []),
+    ("dataset", "DATASET", "dataset", "stage", []),
+    ("dataset", "SRC", "dataset", "--src", []),
+    ("dataset", "EXPORT_DIR", "dataset", "--export", ["SRC=/src"]),
+    ("settings", "PROFILE", "settings", "--profile", []),
+    ("node-up", "IMAGE", "compose", "--image", []),
+])
+def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, extra, marker,
+                                                 fake_venv):
+    value = HOSTILE.format(m=marker)
+    proc = run_make(target, f"{variable}={value}", f"VENV={fake_venv.path}", *extra)
+    calls = fake_venv.bench_calls(verb)
+    assert calls, (proc.returncode, proc.stderr)
+    if flag is None:  # the first argument: the file
+        assert calls[0][0] == value, calls
+    else:
+        assert any(argv[argv.index(flag) + 1] == value for argv in calls if flag in argv), calls
+
+
+def test_list_values_are_split_without_globbing_or_evaluation(fake_venv, marker):
+    proc = run_make("bench-matrix", f"VENV={fake_venv.path}", "BATCH_SIZES=8 16",
+                    f"MATRIX_ARGS=--seed 3  *  --tag;touch {marker}", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    (argv,) = fake_venv.bench_calls("matrix")
+    assert argv[argv.index("--batch-sizes") + 1] == "8 16"  # bench splits it
+    assert argv[argv.index("--") + 1:] == ["--steps", "10", "--seed", "3", "*", "--tag;touch",
+                                           str(marker)]
+
+
+def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
+    run_make("bench-emulated", f"VENV={fake_venv.path}", "RESULTS=out/a b.jsonl")
+    sweep, runs = fake_venv.bench_calls("matrix")
+    assert sweep[sweep.index("--results") + 1] == "out/a b-comm.jsonl"
+    assert runs[runs.index("--results") + 1] == "out/a b.jsonl"
+    assert runs[runs.index("--repeats") + 1] == "2"  # the target's own default
+
+
+# --- RESULTS defaults to the newest results file ----------------------------------------------
+@pytest.fixture
+def checkout(tmp_path):
+    """A directory make can run in: the repository's make inputs, an empty results/."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for name in ("Makefile", "requirements.txt", "requirements-host.txt", "pyproject.toml",
+                 "docker", "compose", "scripts", "bench"):
+        (root / name).symlink_to(REPO / name)
+    (root / "results").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("target", ["table", "plot", "bench-predict"])
+def test_without_a_results_file_it_is_one_line_exit_2(target, checkout, fake_venv):
+    proc = run_make(target, f"VENV={fake_venv.path}", cwd=checkout)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "RESULTS=''" in lines[0] and "no results file" in lines[0], lines
+    assert fake_venv.calls() == []
+
+
+def test_the_newest_results_file_is_the_default(checkout, fake_venv):
+    results = checkout / "results"
+    for age, name in enumerate(["newest-comm.jsonl", "newer.jsonl", "old.jsonl"]):
+        shutil.copy(FIXTURE, results / name)
+        os.utime(results / name, (1_700_000_000 - age * 100,) * 2)
+    for target in ("table", "plot"):
+        proc = run_make(target, f"VENV={fake_venv.path}", cwd=checkout)
+        assert proc.returncode == 0, proc.stderr
+    # bench-predict wants training runs: an all-reduce sweep (*-comm.jsonl) is skipped
+    proc = run_make("bench-predict", f"VENV={fake_venv.path}", cwd=checkout)
+    assert proc.returncode == 0, proc.stderr
+    assert [c[0] for c in fake_venv.bench_calls("table")] == ["results/newest-comm.jsonl"]
+    assert [c[0] for c in fake_venv.bench_calls("plot")] == ["results/newest-comm.jsonl"]
+    assert [c[0] for c in fake_venv.bench_calls("predict")] == ["results/newer.jsonl"]
+    # RESULTS, when given, wins
+    run_make("table", f"VENV={fake_venv.path}", "RESULTS=results/old.jsonl", cwd=checkout)
+    assert fake_venv.bench_calls("table")[-1][0] == "results/old.jsonl"
+
+
+# --- the Makefile's text -------------------------------------------------------------------------
+def user_variables() -> list[str]:
+    match = re.search(r"^USER_VARIABLES := ((?:.*\\\n)*.*)$", MAKEFILE, re.MULTILINE)
+    assert match, "USER_VARIABLES is the list of the variables users set"
+    return match.group(1).replace("\\\n", " ").split()
+
+
+def recipe_text() -> list[str]:
+    """Recipe lines (a tab first) and the bodies of define blocks."""
+    lines, in_define = [], False
+    for line in MAKEFILE.splitlines():
+        if line.startswith("define "):
+            in_define = True
+        elif line.startswith("endef"):
+            in_define = False
+        elif in_define or line.startswith("\t"):
+            lines.append(line)
+    return lines
+
+
+def test_no_recipe_references_a_user_variable():
+    names = user_variables()
+    assert {"HOSTS", "MODEL", "LINK", "RESULTS", "TOPOLOGIES", "BATCH_SIZES", "PRECISION",
+            "STEPS", "REPEATS", "DATASET", "SRC", "EXPORT_DIR", "NODES", "LINK_FROM", "FORMAT",
+            "MAX_SIZE", "COMM_HOOKS", "MATRIX_ARGS", "PROFILE", "IMAGE", "VENV",
+            "NODE_ENV"} <= set(names)
+    pattern = re.compile(r"\$[({](" + "|".join(names) + r")[)}:]")
+    offending = [line for line in recipe_text() if pattern.search(line)]
+    assert offending == [], offending
+
+
+def test_the_pre_stop_pattern_finds_nothing():
+    pattern = re.compile(r"--[a-z-]+ \$\((HOSTS|MODEL|LINK|RESULTS|TOPOLOGIES|BATCH_SIZES)\)")
+    assert pattern.search(MAKEFILE) is None
+
+
+def test_newest_results_is_not_a_dangling_reference():
+    assert "NEWEST_RESULTS" not in MAKEFILE or re.search(r"^NEWEST_RESULTS\s*[:?]?=",
+                                                         MAKEFILE, re.MULTILINE)
