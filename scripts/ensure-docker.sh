@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine and Compose are installed and the daemon answers; say what was done.
+# Make sure a Docker engine and Compose (v1 and v2) are installed and the daemon answers; say
+# what was done.
 # Installs through scripts/install-host.sh when missing. Starts the daemon when it is not
 # running: through systemd where it runs, else dockerd in the background with DOCKERD_FLAGS
 # (host networking is all this stack uses, so no bridge or iptables rules are needed).
@@ -14,6 +15,9 @@ if ! command -v dockerd >/dev/null || ! { command -v docker-compose >/dev/null |
   say "Docker engine or Compose is missing: installing them with scripts/install-host.sh docker"
   "$here/install-host.sh" docker
 fi
+
+# Compose v2 (`docker compose`), beside Debian's v1 where that is what the distribution has.
+"$here/install-compose-v2.sh"
 
 if docker info >/dev/null 2>&1; then exit 0; fi
 

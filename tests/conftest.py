@@ -69,9 +69,10 @@ def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 3
                   record.parse_stdout(proc.stdout))
 
 
-def run_matrix(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_matrix(*args: str, timeout: float = 600,
+               env: dict | None = None) -> subprocess.CompletedProcess:
     """python -m bench matrix ..., with test traffic on loopback."""
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "bench", "matrix", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -105,6 +106,21 @@ def docker_engine() -> list[str]:
     from bench.launchers.compose import compose_command
 
     return compose_command()
+
+
+# Both Compose versions users run: Debian's end-of-life 1.29 and the v2 CLI plugin (make
+# docker installs both). The stack's end-to-end tests run under each.
+COMPOSE_VARIANTS = {"v1": ["docker-compose"], "v2": ["docker", "compose"]}
+
+
+@pytest.fixture(params=list(COMPOSE_VARIANTS))
+def compose_variant(request, docker_engine) -> dict[str, str]:
+    """The environment that makes make, bench and the tests use one Compose version."""
+    command = COMPOSE_VARIANTS[request.param]
+    ok = subprocess.run([*command, "version"], capture_output=True).returncode == 0
+    _require(ok, f"Compose {request.param} ({' '.join(command)}) is missing: `make docker` "
+             "installs it")
+    return {"COMPOSE": " ".join(command)}
 
 
 def _local_image(variable: str, default: str, target: str) -> str:

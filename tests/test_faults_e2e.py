@@ -68,7 +68,8 @@ def test_a_stopped_rank_0_is_a_timeout_row_naming_the_cause(tmp_path):
     assert "node 1" in rec["error"] and "timed out" in rec["error"].lower(), rec["error"]
 
 
-def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, tmp_path):
+def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, compose_variant,
+                                                                  tmp_path):
     env_file = tmp_path / "node.env"
     env_file.write_text((REPO / "compose" / ".env.example").read_text()
                         + f"\nDATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\n"
@@ -81,7 +82,7 @@ def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, tmp
          str(env_file), "--image", cpu_image, "--nnodes", "2", "--results", str(results),
          "--deadline", "300", "--", "--epochs", "1", "--data", "fashion-mnist", "--data-dir",
          "/data/not-staged", "--model", "smallcnn"],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=400)
+        cwd=REPO, env={**ENV, **compose_variant}, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 1, proc.stderr[-3000:]
     (rec,) = list(record.read(results))
     validate(rec)

@@ -201,7 +201,9 @@ def _kill_node1_container_when_training(results_dir, stop):
 
 
 @pytest.mark.e2e
-def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_image, tmp_path):
+def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_image,
+                                                                          compose_variant,
+                                                                          tmp_path):
     from conftest import EXAMPLE_ENV, bench_containers
 
     env_file = tmp_path / "node.env"
@@ -216,7 +218,7 @@ def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_im
                       "--profile", "cpu", "--batch-sizes", "8", "--topologies", "2x1",
                       "--results", str(results), "--models", "smallcnn", "--deadline", "180",
                       "--", "--steps", "100000", "--warmup-steps", "0", "--log-every", "1",
-                      "--timeout", "20")
+                      "--timeout", "20", env=compose_variant)
     stop.set()
     killer.join()
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -27,8 +27,8 @@ def compose(cmd: list[str], args: list[str], env: dict | None = None, **kwargs):
 
 
 @pytest.mark.parametrize("profile", ["nfs", "gpu", "cpu"])
-def test_compose_config_is_valid_for_every_profile(docker_engine, profile):
-    result = compose(docker_engine, ["--profile", profile, "config", "-q"],
+def test_compose_config_is_valid_for_every_profile(compose_variant, profile):
+    result = compose(compose_variant["COMPOSE"].split(), ["--profile", profile, "config", "-q"],
                      env={"BENCH_ENV_FILE": str(EXAMPLE_ENV)})
     assert result.returncode == 0, result.stderr
 
@@ -49,10 +49,10 @@ def make(*args: str, timeout: float = 1200, env: dict | None = None):
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, tmp_path):
+def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, compose_variant, tmp_path):
     results = tmp_path / "cpu.jsonl"
     result = make("bench-cpu", f"RESULTS={results}", "BATCH_SIZES=32", "STEPS=3",
-                  "CPU_TRAIN_SAMPLES=1024", "CPU_EVAL_SAMPLES=512")
+                  "CPU_TRAIN_SAMPLES=1024", "CPU_EVAL_SAMPLES=512", env=compose_variant)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = list(record.read(results))
     assert [r["mode"] for r in records] == ["steps", "epochs"]  # synthetic, then Fashion-MNIST
@@ -313,8 +313,10 @@ def test_bench_single_without_gpu_fails_fast_naming_the_fix(docker_engine):
     assert "docker build" not in result.stdout, "it fails before building anything"
 
 
-def test_make_nfs_up_serves_until_make_nfs_down(nfs_image, staged_fashion_mnist):
-    env = {"NFS_EXPORT_DIR": str(staged_fashion_mnist)}  # the shell wins over the env file
+def test_make_nfs_up_serves_until_make_nfs_down(nfs_image, compose_variant,
+                                                staged_fashion_mnist):
+    # The shell wins over the env file.
+    env = {"NFS_EXPORT_DIR": str(staged_fashion_mnist), **compose_variant}
     try:
         up = make("nfs-up", env=env, timeout=180)
         assert up.returncode == 0, dump_make(up)
