@@ -39,7 +39,14 @@ from bench.config import (
     resolve_device,
 )
 from bench.loop import make_clock
-from bench.options import add_flags, from_namespace, option, require, require_range
+from bench.options import (
+    add_flags,
+    checks_environment,
+    from_namespace,
+    option,
+    require,
+    require_range,
+)
 from bench.paths import check_writable_file
 from bench.units import format_size, parse_size
 
@@ -77,6 +84,12 @@ class AllreduceConfig:
         require_range(self.iters, "iters", 1, 1_000_000)
         require_range(self.warmup_iters, "warmup_iters", 0, 1_000_000)
         require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
+        if not checks_environment():
+            # Off the node: the device is unknown, so is the default largest size.
+            parse_size(self.min_size, "--min-size")
+            if self.max_size != "auto":
+                parse_size(self.max_size, "--max-size")
+            return
         check_writable_file(self.results, "--results")
         self.device, self.backend = resolve_device(self.device, self.backend)
         if self.max_size == "auto":

@@ -43,6 +43,7 @@ from bench.options import (
     ConfigError,
     check_image,
     finite_float,
+    on_head,
     require_range,
 )
 from bench.paths import check_writable_file
@@ -234,7 +235,15 @@ class MatrixConfig:
         # Every cell's flags are validated before anything starts.
         parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
         prog = f"bench {a.workload}"
-        configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
+        # Every cell's flags are checked here, before anything starts. Its data directory
+        # and devices are checked here too where the nodes run on this host; on other hosts
+        # or in containers, the rank checks them. The config as given (parsed "on the head")
+        # is the cell's resume key, whatever the nodes resolve "auto" to.
+        with on_head():
+            configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
+        if a.launcher in ("native", "netns"):
+            for cell in cells:
+                parse(cell.trainer_args(trainer_args), prog)
         return cls(cells=configs, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
                    results=a.results, resume=a.resume, deadline_s=a.deadline,
                    rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
@@ -260,7 +269,10 @@ def finished_repeats(results: Path) -> dict[tuple, int]:
     if results.exists():
         for rec in record.read(results):
             if rec.get("status") == "ok":
-                key = cell_key(rec["config_hash"], rec.get("nnodes"), rec.get("nproc_per_node"))
+                # The key the matrix computed from the config as given; records written
+                # before it kept one have only the trainer's own hash.
+                given = (rec.get("matrix") or {}).get("config_hash") or rec["config_hash"]
+                key = cell_key(given, rec.get("nnodes"), rec.get("nproc_per_node"))
                 counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -320,6 +332,7 @@ def run(cfg: MatrixConfig, launch) -> int:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
         recorded = time.time()
         rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
+                         "config_hash": train_cfg.hash(),
                          "launcher": cfg.launcher, "topology": str(cell.topology),
                          "link_bps": cfg.link_bps,
                          "logs": str(log_dir), "launched_at": launched,

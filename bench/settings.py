@@ -354,7 +354,8 @@ def load(env_file: Path, environ: dict[str, str] | None = None) -> dict[str, str
 # The settings compose/docker-compose.yml interpolates (tests/test_settings.py keeps the two
 # in step): for these, and only these, the shell wins over the env file.
 INTERPOLATED = (
-    "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "BENCH_MODULE",
+    "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_TIMEOUT",
+    "BENCH_MODULE",
     "BENCH_ARGS", "RESULTS_NAME", "RESULTS_DIR", "BENCH_IMAGE_ID", "BENCH_IMAGE_DIGEST",
     "BENCH_ENV_FILE", "IMAGE", "CPU_IMAGE", "NFS_IMAGE", "DATA_MOUNT_TYPE",
     "DATA_MOUNT_OPTIONS", "DATA_DEVICE", "NFS_CLIENTS", "NFS_ALLOW_ANY_CLIENT", "NFS_ACCESS",

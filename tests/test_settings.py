@@ -140,9 +140,11 @@ def test_shell_overrides_the_env_file():
 
 
 def test_shell_overrides_only_what_compose_interpolates():
-    # RDZV_TIMEOUT reaches the trainers through env_file, as the file has it.
-    values = load(EXAMPLE, environ={"RDZV_TIMEOUT": "1", "NFS_SQUASH": "all_squash"})
-    assert values["RDZV_TIMEOUT"] == "600" and values["NFS_SQUASH"] == "all_squash"
+    # OMP_NUM_THREADS reaches the trainers through env_file only, as the file has it.
+    values = load(EXAMPLE, environ={"OMP_NUM_THREADS": "7", "NFS_SQUASH": "all_squash",
+                                    "RDZV_TIMEOUT": "30"})
+    assert values.get("OMP_NUM_THREADS") != "7" and values["NFS_SQUASH"] == "all_squash"
+    assert values["RDZV_TIMEOUT"] == "30"   # interpolated: a launcher's --rdzv-timeout
 
 
 def test_interpolated_settings_are_the_compose_files():

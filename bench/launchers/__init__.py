@@ -43,7 +43,7 @@ def select(cfg: MatrixConfig) -> Launch:
                 trainer_args=args, results_dir=cfg.results.parent,
                 results_name=str(trainer_results.relative_to(cfg.results.parent)),
                 image=cfg.image, master_port=port, deadline_s=cfg.deadline_s,
-                module=cfg.module)
+                module=cfg.module, rdzv_timeout=cfg.rdzv_timeout)
             return compose.run(job, log_dir=log_dir)
 
         return launch_compose

@@ -66,6 +66,7 @@ class ComposeJob:
     # a rank: only that node, which joins a job whose other nodes run elsewhere.
     only_rank: int | None = None
     module: str = "bench.train"   # the workload: the trainer or bench.allreduce
+    rdzv_timeout: int | None = None   # None: the settings file's RDZV_TIMEOUT
 
 
 def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeCommand]:
@@ -76,7 +77,8 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeComm
                 "MASTER_PORT": str(job.master_port), "RESULTS_DIR": str(job.results_dir.resolve()),
                 "RESULTS_NAME": job.results_name, image_var: job.image,
                 "BENCH_ARGS": shlex.join(job.trainer_args), "BENCH_MODULE": job.module,
-                "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest}
+                "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest,
+                **({"RDZV_TIMEOUT": str(job.rdzv_timeout)} if job.rdzv_timeout else {})}
     ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
     return [NodeCommand(rank, f"node{rank}",
                         compose + ["-p", f"bench-{job_id}-node{rank}", "up", "--no-log-prefix",
