@@ -19,7 +19,7 @@ include docker/images.env
 USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR PROFILE \
   EXPORT_DIR DATASET SRC FASHION_MNIST_DIR MODEL BATCH_SIZES STEPS PRECISION EPOCHS REPEATS \
   CPU_IMAGE_SIZE CPU_TRAIN_SAMPLES CPU_EVAL_SAMPLES RESULTS LAUNCHER RUNTIME HOSTS TOPOLOGIES \
-  COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS \
+  COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS MODE \
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
@@ -165,55 +165,73 @@ node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|cp
 	$(PY) -m bench compose --profile "$$MK_PROFILE" --env-file "$$MK_NODE_ENV" --only-this-node \
 	  --image "$$image" -- "$${bench_args[@]}"
 
-# One job per batch size through Compose; a failed job is recorded and the matrix goes on,
-# and the shell variable `failed` remembers it for the exit status; a refused setting
-# (exit 2) stops at once. BATCH_SIZES is split at commas or blanks (no globbing); the
-# trainer flags are the shell array `workload`.
-# $(1) profile, $(2) nodes, $(3) processes per node, $(4) image, $(5) env file: recipe text,
-# shell variables at most, never a user's value.
-define compose_matrix
-set -f; for bs in $${MK_BATCH_SIZES//,/ }; do \
-  echo "== $(1): $(2) node(s) x $(3) process(es), batch $$bs per device"; \
-  $(PY) -m bench compose --profile $(1) --env-file $(5) --nnodes $(2) --nproc-per-node $(3) \
-    --image $(4) --results "$$MK_RESULTS" -- --batch-size "$$bs" "$${workload[@]}" \
-    || { rc=$$?; [ $$rc != 2 ] || exit 2; failed=1; }; \
-done; set +f
-endef
 show_results = $(PY) -m bench table "$$MK_RESULTS"; echo "results: $$MK_RESULTS"
-gpu_workload = workload=(--steps "$$MK_STEPS" --model "$$MK_MODEL" --precision "$$MK_PRECISION")
 
+# The batch-size x topology matrix (python -m bench matrix), the one path of every benchmark
+# target: natively or through Compose on this host (bench-matrix, bench-single,
+# bench-multigpu, bench-cpu), or one node per host over SSH (bench-multinode). Each job is
+# a fresh one with repeats, ETA, --resume and one console line; each target ends with the
+# tables, the plots and the results path. The exit status says whether a cell failed (2: a
+# refused setting, nothing ran). Shell arrays set by the target: `launcher` (its flags) and
+# `workload` (trainer flags; default: MODE's --steps STEPS or --epochs EPOCHS); the shell
+# variable `topologies` overrides TOPOLOGIES. MATRIX_ARGS adds trainer flags, split at
+# blanks (no quotes, no globbing).
+define matrix_jobs
+read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
+if [ -z "$${workload+set}" ]; then \
+  case "$$MK_MODE" in steps) workload=(--steps "$$MK_STEPS");; \
+    epochs) workload=(--epochs "$$MK_EPOCHS");; \
+    *) echo "$@: MODE=$$MK_MODE: use MODE=steps (throughput) or MODE=epochs (time to train)" >&2; exit 2;; esac; fi; \
+$(PY) -m bench matrix --batch-sizes "$$MK_BATCH_SIZES" \
+  --topologies "$${topologies:-$$MK_TOPOLOGIES}" --models "$$MK_MODEL" \
+  --precisions "$$MK_PRECISION" --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" \
+  "$${launcher[@]}" -- "$${workload[@]}" "$${workload_extra[@]}" "$${matrix_args[@]}" \
+  || { rc=$$?; [ $$rc != 2 ] || exit 2; failed=1; }
+endef
+define matrix_run
+failed=0; $(matrix_jobs); \
+$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
+endef
+MODE ?= steps
+gpu_launcher = launcher=(--launcher compose --image "$$MK_IMAGE" --env-file "$$MK_NODE_ENV" \
+  --profile gpu); workload_extra=(--device cuda)
+
+bench-single: TOPOLOGIES ?= 1x1
+bench-single: REPEATS ?= 1
 bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
-bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
+bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS (or MODE=epochs EPOCHS), PRECISION, REPEATS
 	@scripts/check-gpu.sh >/dev/null
 	@$(MAKE) --no-print-directory build venv
-	@failed=0; $(gpu_workload); \
-	$(call compose_matrix,gpu,1,1,"$$MK_IMAGE","$$MK_NODE_ENV"); \
-	$(show_results); exit $$failed
+	@$(gpu_launcher); \
+	$(matrix_run)
 
+bench-multigpu: REPEATS ?= 1
 bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
-bench-multigpu: ## all GPUs of this node: MODEL, BATCH_SIZES, STEPS, PRECISION
+bench-multigpu: ## one GPU and all GPUs of this node (1x1, 1xN): as bench-single
 	@scripts/check-gpu.sh >/dev/null
 	@$(MAKE) --no-print-directory build venv
-	@failed=0; gpus=$$(scripts/check-gpu.sh); $(gpu_workload); \
-	$(call compose_matrix,gpu,1,"$$gpus","$$MK_IMAGE","$$MK_NODE_ENV"); \
-	$(show_results); exit $$failed
+	@gpus=$$(scripts/check-gpu.sh); topologies=1x1; [ "$$gpus" = 1 ] || topologies+=",1x$$gpus"; \
+	$(gpu_launcher); \
+	$(matrix_run)
 
-# CI's main job: 2 trainer containers as node ranks 0 and 1 on loopback, the dataset bind-
-# mounted (CI's kernel has no NFS client), synthetic data, then real Fashion-MNIST. Both
-# "nodes" share this host's 2 cores (one thread each) and talk over lo only.
+# CI's main job: one node, then 2 trainer containers as node ranks 0 and 1 on loopback (1x1
+# and 2x1: the table shows speedup and efficiency), the dataset bind-mounted (CI's kernel
+# has no NFS client); synthetic data, then real Fashion-MNIST trained for EPOCHS. The
+# "nodes" share this host's cores (one thread each) and talk over lo only.
 CPU_ENV_FILE := build/cpu-$(RUN_TAG).env
 define cpu_workload
 if [ $$kind = synthetic ]; then \
-  workload=(--steps "$$MK_STEPS" --model "$$MK_MODEL" --image-size "$$MK_CPU_IMAGE_SIZE"); \
+  workload=(--steps "$$MK_STEPS" --image-size "$$MK_CPU_IMAGE_SIZE"); \
 else \
   workload=(--epochs "$$MK_EPOCHS" --data fashion-mnist --data-dir /data/fashion-mnist \
-    --model "$$MK_MODEL" --image-size "$$MK_CPU_IMAGE_SIZE" \
-    --max-train-samples "$$MK_CPU_TRAIN_SAMPLES" --max-eval-samples "$$MK_CPU_EVAL_SAMPLES" \
-    --workers 1); \
+    --image-size "$$MK_CPU_IMAGE_SIZE" --max-train-samples "$$MK_CPU_TRAIN_SAMPLES" \
+    --max-eval-samples "$$MK_CPU_EVAL_SAMPLES" --workers 1); \
 fi
 endef
+bench-cpu: TOPOLOGIES ?= 1x1,2x1
+bench-cpu: REPEATS ?= 1
 bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
-bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic + Fashion-MNIST
+bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synthetic + Fashion-MNIST
 	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
 	@export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
 	  case $$export_dir in *[[:cntrl:]]*) echo "bench-cpu: EXPORT_DIR=$$MK_EXPORT_DIR: a path without control characters" >&2; exit 2;; esac && \
@@ -221,24 +239,12 @@ bench-cpu: venv build-cpu ## the CPU profile: 2 containers as 2 nodes, synthetic
 	  grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) && \
 	  printf 'DATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\nDATA_DEVICE=%s\nOMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' \
 	    "$$export_dir" >> $(CPU_ENV_FILE)
-	@failed=0; for kind in synthetic fashion-mnist; do \
-	  $(cpu_workload); \
-	  $(call compose_matrix,cpu,2,1,"$$MK_CPU_IMAGE",$(CPU_ENV_FILE)); \
-	done; rm -f $(CPU_ENV_FILE); $(show_results); exit $$failed
+	@failed=0; launcher=(--launcher compose --image "$$MK_CPU_IMAGE" --env-file $(CPU_ENV_FILE) \
+	  --profile cpu); \
+	for kind in synthetic fashion-mnist; do $(cpu_workload); $(matrix_jobs); done; \
+	rm -f $(CPU_ENV_FILE); \
+	$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 
-# The batch-size x topology matrix (python -m bench matrix): natively or through Compose on
-# this host (bench-matrix), or one node per host over SSH (bench-multinode). Each ends with
-# the tables, the plots and the results path; the exit status says whether a cell failed
-# (2: a refused setting, nothing ran). The launcher's flags are the shell array `launcher`.
-define matrix_run
-failed=0; read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
-$(PY) -m bench matrix --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$MK_TOPOLOGIES" \
-  --models "$$MK_MODEL" --precisions "$$MK_PRECISION" --repeats "$$MK_REPEATS" \
-  --results "$$MK_RESULTS" "$${launcher[@]}" -- --steps "$$MK_STEPS" "$${matrix_args[@]}" \
-  || failed=$$?; \
-[ $$failed != 2 ] || exit 2; \
-$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
-endef
 LAUNCHER ?= native
 RUNTIME ?= compose
 HOSTS ?=
@@ -258,6 +264,7 @@ endef
 export check_hosts_py
 check_hosts = $(PY) -c "$$check_hosts_py" $@
 
+bench-matrix bench-multinode bench-overhead bench-launch-overhead bench-container-overhead: REPEATS ?= 3
 bench-matrix: BATCH_SIZES ?= 32 64
 bench-matrix: MODEL ?= resnet18
 bench-matrix: STEPS ?= 10

@@ -55,22 +55,29 @@ def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, compose_variant,
                   "CPU_TRAIN_SAMPLES=1024", "CPU_EVAL_SAMPLES=512", env=compose_variant)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = list(record.read(results))
-    assert [r["mode"] for r in records] == ["steps", "epochs"]  # synthetic, then Fashion-MNIST
+    # Synthetic, then Fashion-MNIST; each on one node, then on two: the matrix's jobs.
+    assert [(r["mode"], r["nnodes"]) for r in records] == [
+        ("steps", 1), ("steps", 2), ("epochs", 1), ("epochs", 2)]
     image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", cpu_image],
                               capture_output=True, text=True).stdout.strip()
     for rec in records:
         validate(rec)
-        assert rec["status"] == "ok"
+        assert rec["status"] == "ok" and rec["matrix"]["launcher"] == "compose"
         assert rec["env"]["image_id"] == image_id and rec["env"]["image_digest"]
-        assert rec["nnodes"] == 2 and rec["world_size"] == 2
-        assert sorted((r["node_rank"], r["rank"]) for r in rec["env"]["ranks"]) == [(0, 0), (1, 1)]
+        assert rec["world_size"] == rec["nnodes"]
+        assert sorted((r["node_rank"], r["rank"]) for r in rec["env"]["ranks"]) == \
+            [(n, n) for n in range(rec["nnodes"])]
         assert all(r["hostname"] for r in rec["env"]["ranks"])
         assert rec["env"]["git_commit"], "the image carries its commit"
-    fmnist = records[1]
+    fmnist = records[3]
     assert fmnist["dataset_manifest_sha256"] == manifest.sha256_file(
         REPO / "nfs" / "export" / "fashion-mnist" / manifest.MANIFEST_NAME)
     assert fmnist["eval_accuracy"] > 0.1
-    assert "| model" in result.stdout and f"results: {results}" in result.stdout
+    # The lab's table: one process, then two nodes with speedup and efficiency, and one
+    # console line per job, no record JSON.
+    assert "| single process" in result.stdout and "| multi-node" in result.stdout
+    assert "1.00x" in result.stdout and f"results: {results}" in result.stdout
+    assert result.stderr.count("[matrix] job ") == 4 and record.MARKER not in result.stderr
     assert bench_containers() == [], "no container is left behind"
 
 
