@@ -71,7 +71,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -165,7 +165,8 @@ node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|cp
 	$(PY) -m bench compose --profile "$$MK_PROFILE" --env-file "$$MK_NODE_ENV" --only-this-node \
 	  --image "$$image" -- "$${bench_args[@]}"
 
-show_results = $(PY) -m bench table "$$MK_RESULTS"; echo "results: $$MK_RESULTS"
+show_results = $(PY) -m bench table "$$MK_RESULTS" && $(PY) -m bench report "$$MK_RESULTS"; \
+  echo "results: $$MK_RESULTS"
 
 # The batch-size x topology matrix (python -m bench matrix), the one path of every benchmark
 # target: natively or through Compose on this host (bench-matrix, bench-single,
@@ -313,6 +314,9 @@ table: venv ## tables of RESULTS (default: the newest results file; FORMAT=markd
 
 plot: venv ## PNG charts beside RESULTS (default: the newest results file)
 	@$(pick_results); $(PY) -m bench plot "$$results"
+
+report: venv ## RESULTS.md and a self-contained RESULTS.html: provenance, tables, plots, summary
+	@$(pick_results); $(PY) -m bench report "$$results"
 
 bench-comm: COMM_TOPOLOGIES ?= 1x2
 bench-comm: RESULTS ?= results/comm-$(RUN_TAG).jsonl

@@ -12,6 +12,7 @@ VERBS = {
     "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
     "table": ("bench.table", "result tables in the layout of a lab's scaling table"),
     "plot": ("bench.plot", "PNG charts of a results file, saved beside it"),
+    "report": ("bench.report", "the one-page answer beside a results file: .md and .html"),
     "predict": ("bench.predict", "predict N-node step time and speedup from a 1-node run"),
     "compare": ("bench.compare", "compare two result sets cell by cell, with a verdict"),
     "settings": ("bench.settings", "check a node's stack settings before Compose starts"),

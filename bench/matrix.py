@@ -375,7 +375,20 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
     started = time.monotonic()
     code = run(cfg, launch)
     print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
+    _report(cfg.results)
     return code
+
+
+def _report(results: Path) -> None:
+    """The page beside the results; a report that cannot be made costs no measurement."""
+    from bench import report
+
+    try:
+        md, page = report.write(results)
+    except (ConfigError, OSError, ValueError) as error:
+        print(f"[matrix] no report: {error}", file=sys.stderr)
+        return
+    print(f"[matrix] report: {md} and {page}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import record
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.table import FIELDS, metric_of
+from bench.table import FIELDS, metric_of, setup_label
 from bench.topology import Topology
 
 WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
@@ -54,7 +54,11 @@ def plot(results: Path, out_dir: Path | None = None,
 
     out_dir = out_dir or results.parent
     made = []
-    for workload, cells in _cells(record.training(records)).items():
+    training = record.training(records)
+    gpu_workloads = {tuple(FIELDS[f](r) for f in WORKLOAD) for r in training
+                     if (r.get("config") or {}).get("distributed", {}).get("device") != "cpu"}
+    for workload, cells in _cells(training).items():
+        cpu = workload not in gpu_workloads
         _, name, higher_better = metric_of(workload[2])
         title = " · ".join(str(v) for v in workload)
         batches = sorted({b for b, _ in cells})
@@ -69,7 +73,7 @@ def plot(results: Path, out_dir: Path | None = None,
             low = [y - min(cells[(b, topology)]) for b, y in zip(xs, ys, strict=True)]
             high = [max(cells[(b, topology)]) - y for b, y in zip(xs, ys, strict=True)]
             ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3,
-                        label=f"{topology} ({topology.setup})")
+                        label=f"{topology} ({setup_label(topology, cpu)})")
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
         ax.set(xlabel="batch size per device", ylabel=name, title=title)
@@ -119,7 +123,8 @@ def plot(results: Path, out_dir: Path | None = None,
         image = ax.imshow(grid, cmap="viridis" if higher_better else "viridis_r", aspect="auto")
         ax.set_xticks(range(len(topologies)), [str(t) for t in topologies])
         ax.set_yticks(range(len(batches)), [str(b) for b in batches])
-        ax.set(xlabel="topology (nodes x GPUs)", ylabel="batch size per device", title=title)
+        ax.set(xlabel=f"topology (nodes x {'processes' if cpu else 'GPUs'})",
+               ylabel="batch size per device", title=title)
         middle = (image.norm.vmin + image.norm.vmax) / 2
         for i, row in enumerate(grid):
             for j, value in enumerate(row):

@@ -12,7 +12,8 @@
 # test              what `make test` needs besides those: libnfs-utils (a userspace NFS
 #                   client), openssh-server (the SSH tests start their own sshd on 127.0.0.2
 #                   and 127.0.0.3; the system's ssh service is neither started nor enabled
-#                   by this install), iproute2 (ip netns, tc) and procps (pgrep)
+#                   by this install), iproute2 (ip netns, tc), procps (pgrep) and chromium
+#                   (the report page is opened in a real headless browser)
 # venv              python3-venv, for `python3 -m venv`
 #
 # Uses sudo when not run as root. Installs only what is missing, with one apt-get update
@@ -63,7 +64,7 @@ apt_install() {
 # it installs, and the unit is disabled after. The tests run their own sshd on loopback.
 POLICY_RC=/usr/sbin/policy-rc.d
 install_test() {
-  local pkgs=(libnfs-utils openssh-server openssh-client iproute2 procps)
+  local pkgs=(libnfs-utils openssh-server openssh-client iproute2 procps chromium)
   if installed openssh-server || [ -e "$POLICY_RC" ]; then
     apt_install "${pkgs[@]}"
     return

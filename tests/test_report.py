@@ -1,0 +1,86 @@
+"""The one-page report: its summary from real records, and the page in a real browser."""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+
+import pytest
+
+from bench import record, report
+from conftest import IN_CI, REPO
+
+FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
+
+
+def fixture_records() -> list[dict]:
+    return [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+
+
+def test_the_summary_answers_the_scaling_question():
+    best, scaling, comm = report.summary(fixture_records())
+    # The fixture's fastest run: 1x2 at batch 128, 440 samples/s.
+    assert best.startswith("best samples/s: 440.0 on 1x2 (2 GPUs), resnet152, batch 128")
+    # Batch 128: 2x1 (two nodes) ran 100 and 120 samples/s (plus an OOM) against 220 and
+    # 224 on one GPU: medians 110 / 222.
+    assert f"2x1 (2 GPUs): {110 / 222:.2f}x over 1x1, efficiency {110 / 222 / 2:.0%}" in scaling
+    shares = [r["comm_share"] for r in fixture_records() if r["batch_size_per_device"] == 128
+              and r["nnodes"] == 2 and r["status"] == "ok"]
+    assert shares
+    assert comm == f"exposed communication at 2x1: {statistics.median(shares):.0%} of the step"
+
+
+def test_no_ok_run_says_so():
+    failed = [dict(r, status="error", error="x") for r in fixture_records()]
+    assert report.summary(failed) == ["no run finished ok: see the status column and the job "
+                                      "logs"]
+
+
+def test_report_writes_markdown_and_html_beside_the_results(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    shutil.copy(FIXTURE, results)
+    md, page = report.write(results)
+    assert md == tmp_path / "runs.md" and page == tmp_path / "runs.html"
+    text = md.read_text()
+    for heading in ("## Summary", "## Where the numbers come from", "## Scaling tables",
+                    "## Communication", "## Plots"):
+        assert heading in text
+    assert "| single GPU" in text and "![runs-" in text
+    html = page.read_text()
+    assert html.count("<table>") == 1 + 2 + 1   # provenance, two scaling tables, comm
+    assert html.count("data:image/png;base64,") == len(list(tmp_path.glob("runs-*.png"))) > 0
+    assert "src=\"runs-" not in html, "self-contained: no file references"
+
+
+@pytest.mark.e2e
+def test_the_page_renders_in_a_real_browser(tmp_path):
+    browser = shutil.which("chromium")
+    if browser is None:
+        message = "chromium is missing: `make test-deps` installs it"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(reason=message)  # under CI the same check fails instead (IN_CI above)
+    results = tmp_path / "runs.jsonl"
+    shutil.copy(FIXTURE, results)
+    _, page = report.write(results)
+    # What the browser made of the page: its tables, and each image's decoded width.
+    probe = ("<script>window.addEventListener('load', () => { document.title = 'tables=' + "
+             "document.querySelectorAll('table').length + ' rows=' + "
+             "document.querySelectorAll('tr').length + ' images=' + "
+             "[...document.images].map(i => i.naturalWidth).join(','); });</script>")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", probe + "</body>"))
+    out = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    title = out.stdout.split("<title>")[1].split("</title>")[0]
+    counts = dict(part.split("=") for part in title.split())
+    assert counts["tables"] == "4" and int(counts["rows"]) > 10
+    widths = [int(w) for w in counts["images"].split(",")]
+    assert len(widths) == len(list(tmp_path.glob("runs-*.png"))) and min(widths) > 100
+    assert record.load(results)   # the results file itself is untouched and valid
