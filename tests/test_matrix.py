@@ -86,9 +86,17 @@ def test_table_cli_filters_and_rejects_unknown_fields():
 
 
 @pytest.mark.parametrize("a,b,higher,expected", [
-    ([100, 102, 101], [110, 112, 111], True, "faster"),       # ranges apart
-    ([100, 110, 105], [104, 112, 108], True, "within noise"),  # ranges overlap
-    ([10.0, 10.5], [12.0, 12.4], False, "slower"),           # times: larger is slower
+    ([100, 102, 101], [110, 112, 111], True, "faster"),       # interval 7.7 to 12.3
+    ([100, 110, 105], [104, 112, 108], True, "within noise"),  # interval -8.8 to 14.8
+    ([10.0, 10.5, 10.2], [12.0, 12.4, 12.2], False, "slower"),  # times: larger is slower
+    # Two repeats a side cannot tell 10.25 from 12.2 s (interval -2.1 to 6.0), though the
+    # ranges do not overlap: min-max called this "slower".
+    ([10.0, 10.5], [12.0, 12.4], False, "within noise"),
+    # Ranges that overlap, but eight repeats a side pin the means apart (interval 1.4 to
+    # 4.1): min-max overlap called this noise.
+    ([100, 101, 99, 100, 102, 98, 100, 101], [103, 102, 104, 103, 101, 105, 103, 102], True,
+     "faster"),
+    ([100, 100], [100, 100], True, "within noise"),           # no spread, no difference
     ([100], [103], True, "within noise (1 run: threshold)"),
     ([100], [120], True, "faster (1 run: threshold)"),
 ])

@@ -45,3 +45,15 @@ def test_a_gpu_table_keeps_its_labels_and_the_one_device_baseline():
     text = render(fixture_records(64))
     assert "no 1-device row" not in text
     assert [row[0] for row in rows_of(text)] == ["single GPU", "multi-GPU", "multi-node"]
+
+
+def test_compare_names_what_each_side_ran_on():
+    from bench.compare import side
+
+    records = fixture_records(64)
+    for rec in records[:2]:
+        rec["env"]["ranks"][0]["device"] = "NVIDIA H100 80GB HBM3"
+        rec["env"]["hostnames"] = ["gpu1"]
+    line = side(records)
+    assert line.startswith("AMD EPYC, NVIDIA H100 80GB HBM3 on 2 host(s) (gpu1, vm), nccl")
+    assert "torch 2.14.1+cu130" in line
