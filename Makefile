@@ -358,8 +358,9 @@ bench-predict: venv ## predict N nodes from the 1-node runs in RESULTS over LINK
 # not defined yet when make reads it.
 REPEATS ?= 3
 
-bench-overhead: venv ## trainer vs a plain DDP loop on CPU (goal: ratio >= 0.98)
-	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS"
+bench-overhead: venv ## trainer vs a plain loop on CPU: 1 process (bare, no DDP) and 2 (DDP); goal >= 0.98
+	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS" --nproc 1
+	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS" --nproc 2
 
 bench-launch-overhead: venv build-cpu ## per-cell launch overhead, natively and through Compose (goal < 10 s)
 	$(PY) scripts/launch_overhead.py --repeats "$$MK_REPEATS" --image "$$MK_CPU_IMAGE"

@@ -205,6 +205,17 @@ def comm_probe(trainer: Trainer, data: DataBundle, ctx: DistContext, count: int,
     return times
 
 
+def observe_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
+                  observer: StepObserver) -> None:
+    """``count`` steps told to ``observer``, timed like training steps, printing nothing."""
+    _timed_steps(trainer, batches, count, clock, LoopResult(), _Silent(), "probe", observer)
+
+
+class _Silent(Progress):
+    def __init__(self) -> None:
+        self.enabled = False
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: DataBundle, ctx: DistContext, precision: Precision,
              trainer: Trainer) -> tuple[float | None, float | None]:

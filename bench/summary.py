@@ -20,7 +20,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
-            grad_bytes: int, allreduce_calls: int, flops_per_sample: int | None,
+            grad_bytes_per_step: float | None, allreduce_calls_per_step: float | None,
+            flops_per_sample: int | None,
             device_name: str,
             precision: str) -> dict:
     """The measured part of the record. A collective: every rank must call it."""
@@ -53,8 +54,8 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
         "last_step_done": result.last_step_done,
         "first_losses": result.losses[:FIRST_LOSSES_KEPT],
         "final_loss": result.losses[-1] if result.losses else None,
-        "grad_bytes_per_step": grad_bytes / steps if steps else None,
-        "allreduce_calls_per_step": allreduce_calls / steps if steps else None,
+        "grad_bytes_per_step": grad_bytes_per_step,
+        "allreduce_calls_per_step": allreduce_calls_per_step,
         "flops_per_sample": flops_per_sample,
         "achieved_tflops_per_device": achieved,
         "device_peak_key": device_key(device_name) if ctx.device.type == "cuda" else "none",

@@ -13,10 +13,19 @@ import torch
 from bench import distributed, job, manifest, record, summary
 from bench.config import TrainConfig
 from bench.data import build_data
-from bench.loop import Precision, Trainer, comm_probe, make_clock, run_epochs, run_steps
+from bench.loop import (
+    Precision,
+    Trainer,
+    comm_probe,
+    make_clock,
+    observe_steps,
+    run_epochs,
+    run_steps,
+)
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
 
 PROG = "bench train"
+TRAFFIC_PROBE_STEPS = 5   # one process: DDP steps observed for bytes and bucket timeline
 
 
 def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
@@ -48,6 +57,30 @@ def verify_dataset(cfg: TrainConfig, ctx: distributed.DistContext) -> str | None
     return digest
 
 
+def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimizer,
+                  precision: Precision, data, clock, traffic: distributed.GradientTraffic
+                  ) -> int:
+    """After a single process trained bare: a few steps of the same model under one-rank
+    DDP with the configured hook, observed as a job's synced steps are. Returns how many
+    steps ``traffic`` observed. PowerSGD first runs its plain warm-up steps, so what is
+    counted is what it sends once compressing."""
+    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic)
+    trainer = Trainer(wrapped, optimizer, precision, ctx.device, cfg.distributed.grad_accum,
+                      cfg.precision.channels_last)
+    warmup = 1 + (cfg.distributed.powersgd_warmup
+                  if cfg.distributed.comm_hook == "powersgd" else 0)
+    steps = max(TRAFFIC_PROBE_STEPS, cfg.schedule.comm_probe_steps)
+    if ctx.is_leader:
+        print(f"[bench] traffic probe: {steps} steps under one-rank DDP", file=sys.stderr,
+              flush=True)
+    batches = data.endless()
+    for _ in range(warmup):
+        trainer.step(batches)
+    traffic.reset()
+    observe_steps(trainer, batches, steps, clock, traffic)
+    return steps
+
+
 def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
     rec["global_batch_size"] = cfg.data.batch_size * cfg.distributed.grad_accum * ctx.world_size
@@ -65,7 +98,11 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     memory_format = torch.channels_last if cfg.precision.channels_last else torch.contiguous_format
     model = model.to(ctx.device, memory_format=memory_format)
     traffic = distributed.GradientTraffic()
-    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic)
+    # One process is the denominator of every speedup, so it trains bare, as a lab's
+    # single-GPU script would: no DDP, no hook. What a larger job of it would send (bytes,
+    # bucket timeline) is measured afterwards by a short probe under one-rank DDP.
+    single = ctx.world_size == 1
+    wrapped = model if single else distributed.wrap_model(model, ctx, cfg.distributed, traffic)
     if cfg.precision.compile:
         wrapped = torch.compile(wrapped)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
@@ -86,12 +123,18 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         # forward would wait for peers that have already finished.
         result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step,
                             observer=traffic)
-    timed_bytes, timed_calls = traffic.bytes, traffic.calls
+    observed_steps = len(result.step_times)
+    if single:
+        observed_steps = traffic_probe(cfg, ctx, model, optimizer, precision, data, clock,
+                                       traffic)
+    per_step = (traffic.bytes / observed_steps, traffic.calls / observed_steps) \
+        if observed_steps else (None, None)
     result.nosync_step_times = comm_probe(trainer, data, ctx, cfg.schedule.comm_probe_steps,
                                           clock)
     device_name = rec["env"]["ranks"][0]["device"] or ""
     rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step,
-                               grad_bytes=timed_bytes, allreduce_calls=timed_calls,
+                               grad_bytes_per_step=per_step[0],
+                               allreduce_calls_per_step=per_step[1],
                                flops_per_sample=fps, device_name=device_name,
                                precision=cfg.precision.precision))
     rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))

@@ -1,6 +1,7 @@
 """Overhead checks on CPU, both sides measured alternately in one command.
 
-  python scripts/overhead.py --against plain                      # trainer vs a plain DDP loop
+  python scripts/overhead.py --against plain [--nproc 1]          # trainer vs a plain loop
+                                                                  # (DDP; 1 process: no DDP)
   python scripts/overhead.py --against container --image IMAGE    # trainer: native vs container
 
 Same model, batch, process and thread count on both sides. Runs A B A B ... so drift on a

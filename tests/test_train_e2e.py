@@ -152,3 +152,31 @@ def test_imagefolder_trains_and_evaluates(tmp_path):
     validate(rec)
     assert rec["num_classes"] == 2 and rec["timed_steps"] == 2 * 6
     assert rec["eval_accuracy"] is not None and 0 <= rec["eval_accuracy"] <= 1
+
+
+def test_one_process_trains_bare_and_still_counts_what_a_job_would_send(tmp_path,
+                                                                       monkeypatch):
+    """The 1-device row is every speedup's denominator: its timed steps run the bare model
+    (no DDP), and a probe under one-rank DDP afterwards gives the bytes and timeline."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    timed_models = []
+    real_run_steps = train.run_steps
+
+    def spying_run_steps(trainer, *args, **kwargs):
+        timed_models.append(trainer.model)
+        return real_run_steps(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(train, "run_steps", spying_run_steps)
+    results = tmp_path / "runs.jsonl"
+    code = train.main(["--steps", "3", "--warmup-steps", "1", "--model", "smallcnn",
+                       "--batch-size", "8", "--comm-probe-steps", "4", "--log-every", "0",
+                       "--results", str(results)])
+    assert code == 0
+    (rec,) = [json.loads(line) for line in results.read_text().splitlines()]
+    validate(rec)
+    assert len(timed_models) == 1 and not isinstance(timed_models[0], DistributedDataParallel)
+    # Without a hook DDP all-reduces every fp32 gradient once per step.
+    assert rec["grad_bytes_per_step"] == 4 * rec["param_count"]
+    assert rec["bucket_timeline"]["steps"] == train.TRAFFIC_PROBE_STEPS
+    assert rec["comm_share"] is None, "one process has no communication to expose"
