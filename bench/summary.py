@@ -1,7 +1,7 @@
 """Turn a rank's raw timings into the record's figures."""
 from __future__ import annotations
 
-from bench.devices import device_key, peak_tflops
+from bench.devices import NO_PEAK, job_peak
 from bench.distributed import DistContext, max_across_ranks
 from bench.loop import LoopResult
 
@@ -22,7 +22,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
             grad_bytes_per_step: float | None, allreduce_calls_per_step: float | None,
             flops_per_sample: int | None,
-            device_name: str,
+            device_names: list[str],
             precision: str) -> dict:
     """The measured part of the record. A collective: every rank must call it."""
     steps = len(result.step_times)
@@ -33,7 +33,8 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
     per_device_rate = global_rate / ctx.world_size if global_rate else None
     achieved = (flops_per_sample * per_device_rate / 1e12
                 if flops_per_sample and per_device_rate else None)
-    peak = peak_tflops(device_name, precision) if ctx.device.type == "cuda" else None
+    peak_key, peak = job_peak(device_names, precision) if ctx.device.type == "cuda" \
+        else (NO_PEAK, None)
     wait = sum(result.data_waits)
     return {
         "timed_steps": steps,
@@ -58,7 +59,7 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
         "allreduce_calls_per_step": allreduce_calls_per_step,
         "flops_per_sample": flops_per_sample,
         "achieved_tflops_per_device": achieved,
-        "device_peak_key": device_key(device_name) if ctx.device.type == "cuda" else "none",
+        "device_peak_key": peak_key,
         "device_peak_tflops": peak,
         "mfu": achieved / peak if achieved and peak else None,
     }

@@ -131,11 +131,11 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         if observed_steps else (None, None)
     result.nosync_step_times = comm_probe(trainer, data, ctx, cfg.schedule.comm_probe_steps,
                                           clock)
-    device_name = rec["env"]["ranks"][0]["device"] or ""
+    device_names = [rank["device"] or "" for rank in rec["env"]["ranks"]]
     rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step,
                                grad_bytes_per_step=per_step[0],
                                allreduce_calls_per_step=per_step[1],
-                               flops_per_sample=fps, device_name=device_name,
+                               flops_per_sample=fps, device_names=device_names,
                                precision=cfg.precision.precision))
     rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))
     rec["bucket_timeline"] = traffic.timeline()

@@ -7,7 +7,7 @@ import multiprocessing
 import pytest
 
 from bench import record
-from bench.devices import NO_PEAK, device_key, peak_tflops
+from bench.devices import DEVICES, NO_PEAK, device_key, job_peak, peak_tflops
 from bench.summary import percentile
 
 PER_WRITER = 300
@@ -67,10 +67,51 @@ def test_percentile_matches_hand_values(values, q, expected):
     assert result == pytest.approx(expected) if expected is not None else result is None
 
 
-def test_device_peaks_table():
-    assert device_key("NVIDIA H100 80GB HBM3") == "H100"
-    assert device_key("NVIDIA H100 PCIe") == "H100 PCIe"
-    assert device_key("NVIDIA GeForce RTX 3060") == "RTX 3060"
-    assert device_key("AMD EPYC 7B13") == NO_PEAK
-    assert peak_tflops("NVIDIA H200", "bf16") == pytest.approx(989.4)
-    assert peak_tflops("AMD EPYC", "fp32") is None
+# What torch.cuda.get_device_name() reports -> the table row and its dense bf16 peak.
+DEVICE_NAMES = {
+    "NVIDIA H100 80GB HBM3": ("H100 SXM", 989.4),
+    "NVIDIA H100 PCIe": ("H100 PCIe", 756.0),
+    "NVIDIA H100 NVL": ("H100 NVL", 835.0),
+    "NVIDIA H200": ("H200", 989.4),
+    "NVIDIA H200 NVL": ("H200 NVL", 835.0),
+    "NVIDIA GH200 480GB": ("GH200", 989.4),
+    "NVIDIA A100-SXM4-80GB": ("A100", 312.0),
+    "NVIDIA A100-SXM4-40GB": ("A100", 312.0),
+    "NVIDIA A100 80GB PCIe": ("A100", 312.0),
+    "NVIDIA A100-PCIE-40GB": ("A100", 312.0),
+    "NVIDIA L40S": ("L40S", 362.0),
+    "NVIDIA GeForce RTX 4090": ("RTX 4090", 165.2),
+    "NVIDIA GeForce RTX 4090 D": ("RTX 4090 D", 147.0),
+    "NVIDIA GeForce RTX 4080": ("RTX 4080", 97.5),
+    "NVIDIA GeForce RTX 4080 SUPER": ("RTX 4080 SUPER", 104.4),
+    "NVIDIA GeForce RTX 3060": ("RTX 3060", 25.5),
+    "NVIDIA GeForce RTX 3060 Ti": ("RTX 3060 Ti", 32.4),
+    # Variants the table does not list get no peak, never the base card's.
+    "NVIDIA GeForce RTX 4090 Laptop GPU": (NO_PEAK, None),
+    "NVIDIA GeForce RTX 3060 Laptop GPU": (NO_PEAK, None),
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb": (NO_PEAK, None),
+    "NVIDIA GeForce RTX 5090": (NO_PEAK, None),
+    "AMD EPYC 7B13": (NO_PEAK, None),
+}
+
+
+@pytest.mark.parametrize("name", DEVICE_NAMES)
+def test_device_peaks_match_exact_names(name):
+    key, bf16 = DEVICE_NAMES[name]
+    assert device_key(name) == key
+    assert peak_tflops(name, "bf16") == (pytest.approx(bf16) if bf16 else None)
+
+
+def test_every_row_is_reachable_and_complete():
+    for key, (peaks, names) in DEVICES.items():
+        assert set(peaks) == {"fp32", "tf32", "bf16", "fp16"}
+        assert all(device_key(name) == key for name in names)
+
+
+def test_a_mixed_job_takes_the_slowest_devices_peak():
+    assert job_peak(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], "bf16") == \
+        ("A100+H100 SXM", pytest.approx(312.0))
+    assert job_peak(["NVIDIA H100 PCIe", "NVIDIA H100 PCIe"], "fp32") == \
+        ("H100 PCIe", pytest.approx(51.2))
+    assert job_peak(["NVIDIA H100 NVL", "NVIDIA GeForce RTX 4090 Laptop GPU"], "bf16") == \
+        (NO_PEAK, None)
