@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import record
+from bench import gpus, record
 from bench.allreduce import AllreduceConfig
 from bench.config import (
     BACKENDS,
@@ -168,7 +168,7 @@ class MatrixConfig:
         p.add_argument("--verbose", action="store_true", help="echo every node's output "
                        "(default: one line per job; the output is in each job's logs)")
         p.add_argument("--profile", choices=("cpu", "gpu"), help="compose: the trainer "
-                       "service (default: gpu where torch sees CUDA, else cpu)")
+                       "service (default: gpu where nvidia-smi lists a GPU, else cpu)")
         a = p.parse_args(own)
         for flag, dimension in DIMENSION_FLAGS.items():
             if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
@@ -244,19 +244,22 @@ class MatrixConfig:
         if a.launcher in ("native", "netns"):
             for cell in cells:
                 parse(cell.trainer_args(trainer_args), prog)
+        profile = a.profile or ("gpu" if gpus.visible_gpus() else "cpu")
+        if a.launcher in ("native", "compose"):
+            # Every node of a job here shares this host's GPUs: each needs its own.
+            visible = gpus.visible_gpus()
+            for cell in cells:
+                on_gpus = profile == "gpu" if a.launcher == "compose" \
+                    else gpus.wants_gpus(cell.trainer_args(trainer_args), visible)
+                if on_gpus and visible:
+                    gpus.assign(cell.topology, visible)
         return cls(cells=configs, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
                    results=a.results, resume=a.resume, deadline_s=a.deadline,
                    rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
                    env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
-                   master_port=a.master_port, profile=a.profile or _default_profile(),
+                   master_port=a.master_port, profile=profile,
                    ssh_config=a.ssh_config, workload=a.workload, link_bps=link_bps,
                    cpus_per_node=a.cpus_per_node, verbose=a.verbose)
-
-
-def _default_profile() -> str:
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def cell_key(config_hash: str, nnodes: int | None, nproc: int | None) -> tuple:

@@ -355,6 +355,7 @@ def load(env_file: Path, environ: dict[str, str] | None = None) -> dict[str, str
 # in step): for these, and only these, the shell wins over the env file.
 INTERPOLATED = (
     "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_TIMEOUT",
+    "BENCH_GPUS",
     "BENCH_MODULE",
     "BENCH_ARGS", "RESULTS_NAME", "RESULTS_DIR", "BENCH_IMAGE_ID", "BENCH_IMAGE_DIGEST",
     "BENCH_ENV_FILE", "IMAGE", "CPU_IMAGE", "NFS_IMAGE", "DATA_MOUNT_TYPE",

@@ -6,6 +6,10 @@ if [ "$#" -gt 0 ]; then exec "$@"; fi
 : "${NNODES:=1}" "${NODE_RANK:=0}" "${NPROC_PER_NODE:=1}"
 : "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${RESULTS_FILE:=/results/runs.jsonl}"
 : "${RDZV_TIMEOUT:=600}"
+# A node simulated beside others on one GPU host: only its own GPUs, numbered as nvidia-smi does.
+if [ -n "${BENCH_GPUS:-}" ]; then
+  export CUDA_VISIBLE_DEVICES="$BENCH_GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID
+fi
 echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT" >&2
 # BENCH_ARGS is split on spaces on purpose: it carries several trainer flags.
 # shellcheck disable=SC2086

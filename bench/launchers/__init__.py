@@ -7,12 +7,14 @@ here, behind an emulated link).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.launchers.nodes import JobOutcome, NodeOutcome, run_nodes
+from bench import gpus
+from bench.launchers.nodes import JobOutcome, NodeCommand, NodeOutcome, run_nodes
 
 if TYPE_CHECKING:
     from bench.matrix import Cell, MatrixConfig
@@ -22,6 +24,7 @@ Launch = Callable[["Cell", list, str, int, Path, Path], JobOutcome]
 
 def select(cfg: MatrixConfig) -> Launch:
     """The launch function for the matrix's --launcher."""
+    visible = gpus.visible_gpus()
     if cfg.launcher == "native":
         from bench.launchers import native
 
@@ -29,7 +32,8 @@ def select(cfg: MatrixConfig) -> Launch:
             commands = native.commands(cell.topology, args, master_port=port, job_id=job_id,
                                        results=trainer_results, rdzv_timeout=cfg.rdzv_timeout,
                                        module=cfg.module)
-            return run_nodes(commands, deadline_s=cfg.deadline_s, log_dir=log_dir)
+            return run_nodes(own_gpus(commands, cell.topology, args, visible),
+                             deadline_s=cfg.deadline_s, log_dir=log_dir)
 
         return launch_native
     if cfg.launcher == "compose":
@@ -43,7 +47,9 @@ def select(cfg: MatrixConfig) -> Launch:
                 trainer_args=args, results_dir=cfg.results.parent,
                 results_name=str(trainer_results.relative_to(cfg.results.parent)),
                 image=cfg.image, master_port=port, deadline_s=cfg.deadline_s,
-                module=cfg.module, rdzv_timeout=cfg.rdzv_timeout)
+                module=cfg.module, rdzv_timeout=cfg.rdzv_timeout,
+                gpus_per_node=gpus.assign(cell.topology, visible)
+                if cfg.profile == "gpu" and visible else None)
             return compose.run(job, log_dir=log_dir)
 
         return launch_compose
@@ -57,6 +63,9 @@ def select(cfg: MatrixConfig) -> Launch:
 
         def launch_netns(cell, args, job_id, port, trainer_results, log_dir):
             try:
+                if gpus.wants_gpus(args, visible):  # nodes in namespaces share this host
+                    raise netlab.LabError("the netns launcher emulates CPU hosts: pass "
+                                          "--device cpu after --")
                 return netns.run(cell.topology, args, rate_bps=cfg.link_bps,
                                  cpus_per_node=cpus, master_port=port, job_id=job_id,
                                  results=trainer_results, rdzv_timeout=cfg.rdzv_timeout,
@@ -69,6 +78,19 @@ def select(cfg: MatrixConfig) -> Launch:
     from bench.launchers import ssh
 
     return ssh.launcher(cfg)
+
+
+def own_gpus(commands: list[NodeCommand], topology, args: list[str],
+             visible: list[str]) -> list[NodeCommand]:
+    """Each node simulated on this host gets its own GPUs (bench.gpus), in PCI order as
+    nvidia-smi numbers them; a CPU job is left as it is."""
+    if not gpus.wants_gpus(args, visible):
+        return commands
+    blocks = gpus.assign(topology, visible)
+    return [dataclasses.replace(command, env={**(command.env or {}),
+                                              "CUDA_VISIBLE_DEVICES": blocks[command.rank],
+                                              "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+            for command in commands]
 
 
 def failed_to_start(host: str, reason: str) -> JobOutcome:

@@ -67,6 +67,8 @@ class ComposeJob:
     only_rank: int | None = None
     module: str = "bench.train"   # the workload: the trainer or bench.allreduce
     rdzv_timeout: int | None = None   # None: the settings file's RDZV_TIMEOUT
+    # Each simulated node's GPUs (bench.gpus.assign), or None: every GPU to every node.
+    gpus_per_node: list[str] | None = None
 
 
 def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeCommand]:
@@ -83,7 +85,9 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeComm
     return [NodeCommand(rank, f"node{rank}",
                         compose + ["-p", f"bench-{job_id}-node{rank}", "up", "--no-log-prefix",
                                    "--exit-code-from", service, service],
-                        {**base_env, "NODE_RANK": str(rank)})
+                        {**base_env, "NODE_RANK": str(rank),
+                         **({"BENCH_GPUS": job.gpus_per_node[rank]} if job.gpus_per_node
+                            else {})})
             for rank in ranks]
 
 
@@ -111,7 +115,7 @@ def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
-    from bench import record
+    from bench import gpus, record
     from bench.config import MAX_TIMEOUT_S, OneLineErrorParser, TrainConfig
     from bench.failures import describe_failure, failure_record
     from bench.options import ConfigError, check_image, finite_float, on_head, require_range
@@ -158,12 +162,16 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
             values["NODE_RANK"] = "0"  # every rank runs here; rank 0's view is checked
         node = NodeSettings.parse(values, args.profile)
         check_data_volume(node, timeout=5)
+        visible = gpus.visible_gpus()
+        simulated = None if args.only_this_node or args.profile != "gpu" or not visible \
+            else gpus.assign(Topology(node.nnodes, node.nproc_per_node), visible)
         job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=node.nnodes,
                          nproc_per_node=node.nproc_per_node, trainer_args=trainer_args,
                          results_dir=args.results.parent, results_name=args.results.name,
                          image=args.image, master_port=node.master_port,
                          deadline_s=args.deadline,
-                         only_rank=node.node_rank if args.only_this_node else None)
+                         only_rank=node.node_rank if args.only_this_node else None,
+                         gpus_per_node=simulated)
         outcome = run(job)
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -1,0 +1,79 @@
+"""Nodes simulated on one host each get their own GPUs; too many are refused up front."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import gpus
+from bench.launchers import own_gpus
+from bench.launchers.nodes import NodeCommand
+from bench.options import ConfigError
+from bench.topology import Topology
+from conftest import REPO
+
+
+@pytest.mark.parametrize("topology,visible,expected", [
+    ((1, 1), ["0"], ["0"]),
+    ((2, 1), ["0", "1"], ["0", "1"]),
+    ((1, 2), ["0", "1"], ["0,1"]),
+    ((2, 2), ["0", "1", "2", "3"], ["0,1", "2,3"]),
+    ((2, 1), ["2", "3", "5"], ["2", "3"]),              # a CUDA_VISIBLE_DEVICES subset
+])
+def test_each_node_gets_its_own_block(topology, visible, expected):
+    assert gpus.assign(Topology(*topology), visible) == expected
+
+
+def test_a_topology_needing_more_gpus_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"--topologies=2x1: needs 2 GPUs .* which has 1"):
+        gpus.assign(Topology(2, 1), ["0"])
+
+
+def fake_nvidia_smi(tmp_path, count: int) -> str:
+    """A PATH whose nvidia-smi lists ``count`` GPUs."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    lines = "\\n".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})" for i in range(count))
+    tool.write_text(f"#!/bin/sh\nprintf '{lines}\\n'\n")
+    tool.chmod(0o755)
+    return f"{tool.parent}:{os.environ['PATH']}"
+
+
+def test_visible_gpus_follow_cuda_visible_devices_then_nvidia_smi(tmp_path, monkeypatch):
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "1,3"}) == ["1", "3"]
+    assert gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    monkeypatch.setenv("PATH", fake_nvidia_smi(tmp_path, 2))
+    assert gpus.visible_gpus({}) == ["0", "1"]
+
+
+@pytest.mark.parametrize("args,visible,expected", [
+    ([], ["0"], True), ([], [], False), (["--device", "cpu"], ["0"], False),
+    (["--device=cuda"], [], True), (["--steps", "1", "--device", "cuda"], ["0"], True),
+])
+def test_wants_gpus(args, visible, expected):
+    assert gpus.wants_gpus(args, visible) is expected
+
+
+def test_native_nodes_get_their_own_cuda_visible_devices():
+    commands = [NodeCommand(rank, f"node{rank}", ["true"], {"A": "1"}) for rank in range(2)]
+    placed = own_gpus(commands, Topology(2, 2), ["--steps", "1"], ["0", "1", "2", "3"])
+    assert [c.env["CUDA_VISIBLE_DEVICES"] for c in placed] == ["0,1", "2,3"]
+    assert all(c.env["A"] == "1" and c.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+               for c in placed)
+    assert own_gpus(commands, Topology(2, 2), ["--device", "cpu"], ["0"]) == commands
+
+
+def test_the_matrix_refuses_before_starting_a_cell_this_host_cannot_hold(tmp_path):
+    env = {**os.environ, "PATH": fake_nvidia_smi(tmp_path, 2), "PYTHONPATH": str(REPO)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "matrix", "--topologies", "1x1,2x2", "--results",
+         str(tmp_path / "runs.jsonl"), "--", "--steps", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "bench matrix: error: --topologies=2x2: needs 4 GPUs on this host (2 node(s) x 2), "
+        "which has 2: use fewer, or run the nodes on their own hosts (--launcher ssh)"]
+    assert not (tmp_path / "runs.jsonl").exists()
