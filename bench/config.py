@@ -188,6 +188,25 @@ class PrecisionConfig:
     def __post_init__(self) -> None:
         require(self.precision in PRECISIONS, "precision", self.precision,
                 f"one of {', '.join(PRECISIONS)}")
+        if self.compile and checks_environment():
+            missing = compile_toolchain_missing()
+            require(not missing, "compile", True, f"torch.compile builds C++ and Triton code "
+                    f"at run time, and this environment has no {' and no '.join(missing)}: "
+                    "run without --compile, or install them (Debian: g++ python3-dev)")
+
+
+def compile_toolchain_missing() -> list[str]:
+    """What torch.compile (Inductor's C++ and Triton's C launchers) needs and cannot find:
+    a C++ compiler and this Python's headers."""
+    import shutil
+    import sysconfig
+
+    missing = []
+    if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+        missing.append("C++ compiler")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        missing.append("Python.h")
+    return missing
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
