@@ -127,7 +127,8 @@ def _first(dataset: Dataset, limit: int | None) -> Dataset:
 
 
 def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | None,
-               rank: int, world_size: int, seed: int, device: torch.device) -> DataBundle:
+               rank: int, world_size: int, seed: int, device: torch.device,
+               memory_format: torch.memory_format = torch.contiguous_format) -> DataBundle:
     """The data for this rank: a batch on the device, or loaders over its shard."""
     if cfg.data == "synthetic":
         classes = num_classes or 1000
@@ -135,8 +136,10 @@ def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | 
         generator = torch.Generator().manual_seed(seed + rank)
         images = torch.randn((cfg.batch_size, channels, size, size), generator=generator)
         labels = torch.randint(0, classes, (cfg.batch_size,), generator=generator)
+        # In the model's memory format once, so no step converts it again.
         return DataBundle(num_classes=classes, train=None, eval=None,
-                          synthetic_batch=(images.to(device), labels.to(device)))
+                          synthetic_batch=(images.to(device, memory_format=memory_format),
+                                           labels.to(device)))
 
     train_set, test_set, classes = _datasets(cfg, channels, size)
     train_set = _first(train_set, cfg.max_train_samples)

@@ -34,6 +34,9 @@ class Precision:
         # fp32 means true fp32: tf32 tensor-core math is opted into, never implied.
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+        # Every step has the same shapes: let cuDNN time its algorithms once and keep the
+        # fastest (the warm-up steps absorb the search). Recorded as cudnn_benchmark.
+        torch.backends.cudnn.benchmark = device.type == "cuda"
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         return cls(device.type, dtype, scaler)

@@ -88,14 +88,15 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         rec["dataset_manifest_sha256"] = verify_dataset(cfg, ctx)
     torch.manual_seed(cfg.schedule.seed)  # same initial weights on every rank
     channels = MODELS[cfg.model.model].in_channels
+    memory_format = torch.channels_last if cfg.precision.channels_last else torch.contiguous_format
     data = build_data(cfg.data, channels=channels, size=cfg.model.image_size,
                       num_classes=cfg.model.num_classes, rank=ctx.rank,
-                      world_size=ctx.world_size, seed=cfg.schedule.seed, device=ctx.device)
+                      world_size=ctx.world_size, seed=cfg.schedule.seed, device=ctx.device,
+                      memory_format=memory_format)
     rec["num_classes"] = data.num_classes
     model = build_model(cfg.model, data.num_classes)
     rec["param_count"] = parameter_count(model)
     fps = flops_per_sample(cfg.model, data.num_classes)
-    memory_format = torch.channels_last if cfg.precision.channels_last else torch.contiguous_format
     model = model.to(ctx.device, memory_format=memory_format)
     traffic = distributed.GradientTraffic()
     # One process is the denominator of every speedup, so it trains bare, as a lab's
@@ -107,6 +108,7 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         wrapped = torch.compile(wrapped)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
     precision = Precision.setup(cfg.precision, ctx.device)
+    rec["cudnn_benchmark"] = torch.backends.cudnn.benchmark
     trainer = Trainer(wrapped, optimizer, precision, ctx.device, cfg.distributed.grad_accum,
                       cfg.precision.channels_last)
     clock = make_clock(ctx.device)
