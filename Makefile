@@ -50,6 +50,9 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 COMPOSE := $(COMPOSE)
 export COMPOSE
 TORCH_FLAVOUR ?= default
+# The CUDA base image of TORCH_FLAVOUR's CUDA line: docker/cuda-flavours.tsv is the table.
+CUDA_BASE_IMAGE ?= $(shell awk -F'\t' -v f=$(call q,$(TORCH_FLAVOUR)) '$$1 == f {print $$4}' docker/cuda-flavours.tsv)
+CUDA_BASE_IMAGE := $(CUDA_BASE_IMAGE)
 PROFILE ?= gpu
 RUN_TAG := $(shell date -u +%Y%m%dT%H%M%SZ)
 EXPORT_DIR ?= nfs/export
@@ -113,7 +116,8 @@ wheels-cpu: ## download the CPU image's wheels on the host
 base-image: docker ## build the local Debian base image (for sites without a registry)
 	scripts/make-base-image.sh "$$MK_LOCAL_BASE_IMAGE"
 
-build: docker ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR)
+build: docker ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR: default, cu130, cu126)
+	@[ -n "$$MK_CUDA_BASE_IMAGE" ] || { echo "build: TORCH_FLAVOUR=$$MK_TORCH_FLAVOUR: not in docker/cuda-flavours.tsv: choose default, cu130 or cu126, or give its CUDA_BASE_IMAGE too" >&2; exit 2; }
 	scripts/build-image.sh trainer "$$MK_IMAGE" "$$MK_CUDA_BASE_IMAGE" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
 
 build-cpu: docker ## build the CPU trainer image (CPU_IMAGE) from the same Dockerfile
@@ -201,7 +205,7 @@ bench-single: TOPOLOGIES ?= 1x1
 bench-single: REPEATS ?= 1
 bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
 bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS (or MODE=epochs EPOCHS), PRECISION, REPEATS
-	@scripts/check-gpu.sh >/dev/null
+	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
 	@$(MAKE) --no-print-directory build venv
 	@$(gpu_launcher); \
 	$(matrix_run)
@@ -209,9 +213,9 @@ bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS (or MODE=epochs
 bench-multigpu: REPEATS ?= 1
 bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
 bench-multigpu: ## one GPU and all GPUs of this node (1x1, 1xN): as bench-single
-	@scripts/check-gpu.sh >/dev/null
+	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
 	@$(MAKE) --no-print-directory build venv
-	@gpus=$$(scripts/check-gpu.sh); topologies=1x1; [ "$$gpus" = 1 ] || topologies+=",1x$$gpus"; \
+	@gpus=$$(scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR"); topologies=1x1; [ "$$gpus" = 1 ] || topologies+=",1x$$gpus"; \
 	$(gpu_launcher); \
 	$(matrix_run)
 
