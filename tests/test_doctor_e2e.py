@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLE_ENV, LOOPBACK_HOSTS, REPO
+from conftest import EXAMPLE_ENV, LOOPBACK_HOSTS, REPO, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -14,9 +14,11 @@ pytestmark = pytest.mark.e2e
 def doctor(sshd_home, image, env_lines: str, tmp_path, hosts=LOOPBACK_HOSTS):
     env_file = tmp_path / "node.env"
     env_file.write_text(EXAMPLE_ENV.read_text() + env_lines)
+    # A port free now: a job elsewhere on this machine may hold the default 29500.
     return subprocess.run([sys.executable, "-m", "bench", "doctor", "--hosts",
                            ",".join(hosts), "--image", image, "--env-file",
-                           str(env_file), "--ssh-config", str(sshd_home / "ssh_config")],
+                           str(env_file), "--ssh-config", str(sshd_home / "ssh_config"),
+                           "--master-port", str(free_port())],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
