@@ -348,7 +348,9 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$MK_STEPS" --warmup-steps 10 \
 	  --powersgd-warmup 5 --image-size 32 --log-every 0
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
-	$(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) --nodes 2,4
+	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \
+	  --nodes 2,4 | tee "$${MK_RESULTS%.jsonl}-prediction.txt"
+	$(PY) -m bench report "$$MK_RESULTS" --prediction "$${MK_RESULTS%.jsonl}-prediction.txt"
 	$(PY) -m bench plot $(emulated_comm)
 
 bench-predict: LINK ?= 5gbit
