@@ -5,6 +5,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 
 import pytest
 
@@ -84,3 +85,17 @@ def test_the_page_renders_in_a_real_browser(tmp_path):
     widths = [int(w) for w in counts["images"].split(",")]
     assert len(widths) == len(list(tmp_path.glob("runs-*.png"))) and min(widths) > 100
     assert record.load(results)   # the results file itself is untouched and valid
+
+
+def test_a_prediction_given_is_on_the_page(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    shutil.copy(FIXTURE, results)
+    (tmp_path / "prediction.txt").write_text("2 nodes: 1.62x predicted\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "report", str(results),
+                           "--prediction", str(tmp_path / "prediction.txt")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "## Prediction" in (tmp_path / "runs.md").read_text()
+    assert "2 nodes: 1.62x predicted" in (tmp_path / "runs.html").read_text()
+    assert proc.stdout.splitlines()[-1] == f"report: {tmp_path / 'runs.md'} and " \
+                                           f"{tmp_path / 'runs.html'}"
