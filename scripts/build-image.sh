@@ -46,6 +46,20 @@ case "$kind" in
   nfs) args+=(-f nfs/Dockerfile) ;;
   *) say "error: unknown image kind '$kind': trainer or nfs"; exit 2 ;;
 esac
+# What the image is made of: the files the Dockerfile copies, the base, the flavour and the
+# commit. An image of this tag built from the same inputs is reused as it is: the legacy
+# builder would otherwise send the whole context (gigabytes of wheels) again to rebuild
+# the same thing.
+case "$kind" in trainer) inputs=(docker/Dockerfile docker/node-entrypoint.sh requirements.txt bench "$wheels/.complete") ;;
+                nfs) inputs=(nfs/Dockerfile nfs/entrypoint.sh) ;; esac
+digest=$( { printf '%s\n' "$kind" "$base" "$pyver" "$flavour" "$commit" "$dirty"
+            (cd "$repo" && find "${inputs[@]}" -type f -not -path '*/__pycache__/*' -print0 \
+               | sort -z | xargs -0 sha256sum); } | sha256sum | cut -c1-32)
+if [ "$(docker image inspect -f '{{index .Config.Labels "io.bench.inputs"}}' "$tag" 2>/dev/null)" = "$digest" ]; then
+  say "$tag is up to date (same inputs: $digest)"
+  exit 0
+fi
+args+=(--label "io.bench.inputs=$digest")
 say "building $tag from $base (the first build takes a few minutes)"
 start=$(date +%s)
 # The legacy builder (no BuildKit here) prints every step; keep its log for failures.
