@@ -26,13 +26,17 @@ def _fail(prog: str, message: str) -> int:
     return 2
 
 
-def _remove(path: Path) -> None:
-    """Remove an entry of the export that ``child`` has proven to lie inside it: a link is
-    unlinked, never followed."""
+def _remove(path: Path, export: Path) -> None:
+    """Remove an entry of the export: a link is unlinked, never followed; a directory only
+    once it is proven to resolve inside the export (``child`` checked the name before)."""
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
-        shutil.rmtree(path)
+        resolved = path.resolve()
+        if resolved == export.resolve() or not resolved.is_relative_to(export.resolve()):
+            raise ConfigError("--name", path.name, f"{path} resolves outside {export}: "
+                              "nothing was removed")
+        shutil.rmtree(resolved)
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
@@ -88,7 +92,7 @@ def stage(args: argparse.Namespace, prog: str) -> int:
     # Staged beside the destination and renamed into place only when complete: a bad
     # --src or a failed copy leaves neither a half-filled directory nor a damaged old copy.
     staging = args.export / f".{dest.name}.staging"
-    _remove(staging)
+    _remove(staging, args.export)
     staging.mkdir(parents=True)
     try:
         _stage_files(args.dataset, src, staging, args.download)
@@ -96,10 +100,10 @@ def stage(args: argparse.Namespace, prog: str) -> int:
         for path in [staging, *staging.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         manifest.write(staging)
-        _remove(dest)
+        _remove(dest, args.export)
         staging.rename(dest)
     finally:
-        _remove(staging)
+        _remove(staging, args.export)
     written = dest / manifest.MANIFEST_NAME
     print(f"staged {args.dataset} in {dest}: {len(manifest.parse(written))} files, manifest "
           f"{written} (sha256 {manifest.sha256_file(written)[:16]})")
