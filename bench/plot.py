@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import record
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.table import FIELDS, metric_of, setup_label
+from bench.table import FIELDS, device_of, metric_of, setup_label
 from bench.topology import Topology
 
 WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
@@ -56,7 +56,7 @@ def plot(results: Path, out_dir: Path | None = None,
     made = []
     training = record.training(records)
     gpu_workloads = {tuple(FIELDS[f](r) for f in WORKLOAD) for r in training
-                     if (r.get("config") or {}).get("distributed", {}).get("device") != "cpu"}
+                     if device_of(r) != "cpu"}
     for workload, cells in _cells(training).items():
         cpu = workload not in gpu_workloads
         _, name, higher_better = metric_of(workload[2])

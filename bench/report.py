@@ -20,7 +20,15 @@ from tabulate import tabulate
 
 from bench import record
 from bench.options import ConfigError
-from bench.table import CPU_HEADERS, DEFAULT_GROUP_BY, HEADERS, group_tables, metric_of, render
+from bench.table import (
+    CPU_HEADERS,
+    DEFAULT_GROUP_BY,
+    HEADERS,
+    device_of,
+    group_tables,
+    metric_of,
+    render,
+)
 from bench.topology import Topology
 
 
@@ -41,8 +49,8 @@ def summary(records: list[dict]) -> list[str]:
     if not ok:
         return ["no run finished ok: see the status column and the job logs"]
     best = (max if higher_better else min)(ok, key=lambda r: r[field])
-    devices = "CPU processes" if _device(best) == "cpu" else "GPUs"
-    one = "CPU process" if _device(best) == "cpu" else "GPU"
+    devices = "CPU processes" if device_of(best) == "cpu" else "GPUs"
+    one = "CPU process" if device_of(best) == "cpu" else "GPU"
     by_topology: dict[Topology, list[float]] = {}
     for rec in ok:
         if _same_setup(rec, best):
@@ -67,10 +75,6 @@ def summary(records: list[dict]) -> list[str]:
                  if shares else f"exposed communication at {largest}: not measured "
                  "(a single process, or --comm-probe-steps 0)")
     return lines
-
-
-def _device(rec: dict) -> str | None:
-    return (rec.get("config") or {}).get("distributed", {}).get("device")
 
 
 def _same_setup(a: dict, b: dict) -> bool:

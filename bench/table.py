@@ -128,7 +128,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
                                      key=lambda t: (t.devices, t.nodes))
         base_topology = measured_topologies[0] if measured_topologies else None
         base = values(cells[base_topology]) if base_topology else []
-        cpu = all(_device(r) == "cpu" for c in cells.values() for r in c)
+        cpu = all(device_of(r) == "cpu" for c in cells.values() for r in c)
         rows = []
         for topology in sorted(cells, key=lambda t: (t.devices, t.nodes)):
             cell = cells[topology]
@@ -155,7 +155,8 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
     return tables
 
 
-def _device(rec: dict) -> str | None:
+def device_of(rec: dict) -> str | None:
+    """The device a record's run asked for: cpu, cuda or auto."""
     return (rec.get("config") or {}).get("distributed", {}).get("device")
 
 
