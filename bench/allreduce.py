@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from bench import distributed, job, record
+from bench.clock import make_clock
 from bench.config import (
     BACKENDS,
     DEVICES,
@@ -38,7 +39,6 @@ from bench.config import (
     OneLineErrorParser,
     resolve_device,
 )
-from bench.loop import make_clock
 from bench.options import (
     add_flags,
     checks_environment,

@@ -12,13 +12,13 @@ import datetime
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from bench.clock import Mark, StepClock
 from bench.config import DistributedConfig
 
 
@@ -85,21 +85,25 @@ def shutdown(*, synchronized: bool) -> None:
 
 
 class GradientTraffic:
-    """The gradient bytes each step sends, and when each bucket was handed to the hook.
+    """The gradient bytes each step sends, and when each bucket was ready and done.
 
     Bytes are counted where the stock DDP comm hooks call all_reduce (see
     ``_CountingCollectives``), so they are what was actually sent: halved by the fp16 and
     bf16 hooks, PowerSGD's P and Q factors plus its uncompressed tensors. The bucket
-    timeline (each bucket's ready time from the step's start and its size) is what the
-    predictor needs to know how much communication a step can hide behind backward.
+    timeline (each bucket's ready and done time from the step's start, and its size) is what
+    the predictor needs to know how much communication a step can hide behind backward.
+    Times are ``StepClock`` marks: on CUDA, events on the stream that did the work (so the
+    GPU's time, not when the CPU queued it), resolved only when the timeline is read.
     """
 
-    def __init__(self) -> None:
+    MAX_TIMELINE_STEPS = 200   # steps stamped; later steps still count their bytes
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
         self.bytes = 0
         self.calls = 0
         self.steps: list[dict] = []
         self._step: dict | None = None
-        self._origin = 0.0
 
     def reset(self) -> None:
         self.bytes = self.calls = 0
@@ -112,22 +116,23 @@ class GradientTraffic:
         if self._step is not None:
             self._step["sent"] += size
 
-    def begin_step(self, now: float) -> None:
-        self._origin = now
-        self._step = {"ready": [], "done": [], "sent": 0, "duration": None}
+    def begin_step(self, mark: Mark) -> None:
+        self._step = {"origin": mark, "ready": [], "done": [], "sent": 0, "end": None} \
+            if len(self.steps) < self.MAX_TIMELINE_STEPS else None
 
     def bucket_ready(self, buffer_bytes: int) -> None:
         if self._step is not None:
-            self._step["ready"].append((time.perf_counter() - self._origin, buffer_bytes))
+            self._step["ready"].append((self.clock.mark(), buffer_bytes))
 
     def bucket_done(self) -> None:
-        """Called from the thread that completes a bucket's future (gloo's or NCCL's)."""
+        """Called when a bucket's all-reduce is done: on CPU from the thread that completes
+        its future (gloo's); on CUDA from a callback whose current stream waits for it."""
         if self._step is not None:
-            self._step["done"].append(time.perf_counter() - self._origin)
+            self._step["done"].append(self.clock.mark())
 
-    def end_step(self, now: float) -> None:
+    def end_step(self, mark: Mark) -> None:
         if self._step is not None:
-            self._step["duration"] = now - self._origin
+            self._step["end"] = mark
             self.steps.append(self._step)
             self._step = None
 
@@ -138,7 +143,7 @@ class GradientTraffic:
             return None
         counts = [len(s["ready"]) for s in synced]
         usual = max(set(counts), key=counts.count)
-        steps = [s for s in synced if len(s["ready"]) == usual]
+        steps = [self._resolved(s) for s in synced if len(s["ready"]) == usual]
         buffer_bytes = [steps[0]["ready"][i][1] for i in range(usual)]
         sent = statistics.median(s["sent"] for s in steps)
         total = sum(buffer_bytes)
@@ -151,7 +156,15 @@ class GradientTraffic:
                            for i in range(usual)]
                 if all(len(s["done"]) == usual for s in steps) else None,
                 "step_s": statistics.median(s["duration"] for s in steps),
-                "steps": len(steps)}
+                "steps": len(steps),
+                "stamped_by": self.clock.stamped_by}
+
+    def _resolved(self, step: dict) -> dict:
+        """A step's marks as seconds from its start (on CUDA this waits for its events)."""
+        since = lambda mark: self.clock.seconds(step["origin"], mark)  # noqa: E731
+        return {"ready": [(since(m), size) for m, size in step["ready"]],
+                "done": sorted(since(m) for m in step["done"]),
+                "sent": step["sent"], "duration": since(step["end"])}
 
 
 class _CountingCollectives:
@@ -200,10 +213,7 @@ def comm_hook(cfg: DistributedConfig):
 
 
 class _ObservedHook:
-    """The configured hook, with each bucket's ready time noted first.
-
-    ``note_done``: note when each bucket's all-reduce ends (on CPU only: a CUDA future's
-    callback runs when the work is queued, not done).
+    """The configured hook, with each bucket's ready and done times noted.
 
     ``serialize``: wait for the previous bucket's hook to finish before starting the next.
     gloo needs every rank to issue its collectives in the same order, and PowerSGD issues
@@ -211,10 +221,9 @@ class _ObservedHook:
     next bucket's first (seen as "Received data size doesn't match expected size").
     """
 
-    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool,
-                 note_done: bool) -> None:
+    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool) -> None:
         self.traffic, self.state, self.hook = traffic, state, hook
-        self.serialize, self.note_done = serialize, note_done
+        self.serialize = serialize
         self.pending = None
 
     def done(self, future: torch.futures.Future) -> torch.Tensor:
@@ -229,28 +238,39 @@ def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
     observed.traffic.bucket_ready(buffer.numel() * buffer.element_size())
     if observed.pending is not None:
         observed.pending.wait()
-    future = observed.hook(observed.state, bucket)
-    if observed.note_done:
-        future = future.then(observed.done)
+    future = observed.hook(observed.state, bucket).then(observed.done)
     if observed.serialize:
         observed.pending = future
     return future
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
-               traffic: GradientTraffic) -> nn.Module:
-    """DDP around the model, at every world size: one process has a one-rank group (see
-    ``init``), so its record carries the bytes and bucket timeline a multi-node job of the
-    same model would have, and every run goes through the same code."""
+               traffic: GradientTraffic, *, observe: bool) -> nn.Module:
+    """DDP around the model. Gradients are views into DDP's buckets (no copy per step).
+
+    ``observe``: run the configured comm hook (the plain all-reduce hook for none) inside
+    an observer that counts the bytes it sends and stamps each bucket, for the record's
+    bytes per step and bucket timeline. Without it and with no compression hook, DDP keeps
+    its built-in C++ all-reduce, the fastest path; the job then observes a few extra steps
+    of a second, observed wrapper (see ``bench.train.traffic_probe``)."""
     ddp = DistributedDataParallel(
         model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None,
-        bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)
+        bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
+        gradient_as_bucket_view=True)
+    if not observe and cfg.comm_hook == "none":
+        return ddp
     _install_counter(traffic)
     state, hook = comm_hook(cfg)
     serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
-    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize,
-                                         note_done=ctx.device.type == "cpu"), _observed)
+    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
     return ddp
+
+
+def observes_timed_steps(cfg: DistributedConfig, world_size: int) -> bool:
+    """Whether the timed steps themselves run under the observer: only when a compression
+    hook replaces DDP's all-reduce anyway. One process trains bare, and the plain
+    all-reduce stays DDP's own; both are observed by a short probe after training."""
+    return world_size > 1 and cfg.comm_hook != "none"
 
 
 def all_gather_objects(ctx: DistContext, obj: object) -> list:

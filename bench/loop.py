@@ -1,13 +1,14 @@
 """The train loop: timed steps (throughput) or timed epochs (time to train).
 
 It receives a ready model and data; it does not know how the processes were launched.
-On CUDA every clock read is preceded by ``torch.cuda.synchronize()``: kernels run
-asynchronously, so a clock read without it would time the launch, not the work.
+Steps are timed with ``bench.clock.StepClock``: on CUDA, events resolved once per window
+(the end of the timed steps, a progress line, an epoch), so no step waits for the GPU.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from bench.clock import Mark, StepClock
 from bench.config import PrecisionConfig, ScheduleConfig
 from bench.data import Batch, DataBundle
 from bench.distributed import DistContext, sum_across_ranks
@@ -47,24 +49,13 @@ class Precision:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
 
-def make_clock(device: torch.device) -> Callable[[], float]:
-    if device.type == "cuda":
-        def clock() -> float:
-            torch.cuda.synchronize()  # note: a CPU-GPU sync point, on purpose
-            return time.perf_counter()
-        return clock
-    return time.perf_counter
-
-
 class Trainer:
     """One optimizer step over ``grad_accum`` micro-batches."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 precision: Precision, device: torch.device, grad_accum: int,
-                 channels_last: bool):
+                 precision: Precision, to_device: Callable[[Batch], Batch], grad_accum: int):
         self.model, self.optimizer, self.precision = model, optimizer, precision
-        self.device, self.grad_accum = device, grad_accum
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to_device, self.grad_accum = to_device, grad_accum
         self.criterion = nn.CrossEntropyLoss()
         # A bare model (one process) has no gradient sync to skip.
         self.can_skip_sync = hasattr(model, "no_sync")
@@ -76,9 +67,7 @@ class Trainer:
         waited, loss_sum = 0.0, None
         for micro in range(self.grad_accum):
             start = time.perf_counter()
-            images, labels = next(batches)
-            images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
-            labels = labels.to(self.device, non_blocking=True)
+            images, labels = self.to_device(next(batches))
             waited += time.perf_counter() - start
             last = micro == self.grad_accum - 1 and sync
             # Gradients all-reduce only on the last micro-batch of the step.
@@ -117,11 +106,11 @@ class LoopResult:
 
 
 class StepObserver:
-    """Told when each timed step starts and ends (clock times); ``GradientTraffic`` is one."""
+    """Told each timed step's start and end (``StepClock`` marks); ``GradientTraffic`` is one."""
 
-    def begin_step(self, now: float) -> None: ...
+    def begin_step(self, mark: Mark) -> None: ...
 
-    def end_step(self, now: float) -> None: ...
+    def end_step(self, mark: Mark) -> None: ...
 
 
 class Progress:
@@ -140,33 +129,34 @@ class Progress:
               f"{rate:.1f} samples/s", file=sys.stderr, flush=True)
 
 
-def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
+def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock: StepClock,
                  result: LoopResult, progress: Progress, label: str,
                  observer: StepObserver | None = None) -> None:
     losses: list[torch.Tensor] = []
     observer = observer or StepObserver()
-    previous = clock()
+    marks = [clock.mark()]
     for done in range(1, count + 1):
-        observer.begin_step(previous)
+        observer.begin_step(marks[-1])
         loss, waited = trainer.step(batches)
-        now = clock()
-        observer.end_step(now)
-        result.step_times.append(now - previous)
+        marks.append(clock.mark())
+        observer.end_step(marks[-1])
         result.data_waits.append(waited)
         losses.append(loss)
-        previous = now
         if result.first_step_done is None:
+            clock.wait(marks[-1])  # once per run: when the first step has really finished
             result.first_step_done = time.time()
         progress.update(done, loss, label)
+    # Resolved after the loop: reading a mark (or .item()) inside it would sync every step.
+    times = [clock.seconds(a, b) for a, b in itertools.pairwise(marks)]
     if count:
-        result.last_step_done = time.time()  # the last step already synced (clock() above)
-    # Converted after the loop: .item() inside it would add a sync on every step.
+        result.last_step_done = time.time()  # the last mark was waited for just above
+    result.step_times.extend(times)
     result.losses.extend(float(x) for x in losses)
-    result.train_seconds += sum(result.step_times[-count:])
+    result.train_seconds += sum(times)
 
 
 def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: ScheduleConfig,
-              clock, samples_per_step: int, on_timing_start: Callable[[], None],
+              clock: StepClock, samples_per_step: int, on_timing_start: Callable[[], None],
               observer: StepObserver | None = None) -> LoopResult:
     """Warm-up, then ``cfg.steps`` timed steps."""
     result = LoopResult()
@@ -184,7 +174,7 @@ def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: Schedul
 
 
 def comm_probe(trainer: Trainer, data: DataBundle, ctx: DistContext, count: int,
-               clock) -> list[float]:
+               clock: StepClock) -> list[float]:
     """Step times with the gradient all-reduce skipped (DDP's no_sync) on every rank.
 
     Against the synced steps of the same job this gives the communication a step exposes
@@ -198,17 +188,14 @@ def comm_probe(trainer: Trainer, data: DataBundle, ctx: DistContext, count: int,
               file=sys.stderr, flush=True)
     batches = data.endless()
     trainer.step(batches, sync=False)  # one untimed: the loader restarts here
-    times = []
-    previous = clock()
+    marks = [clock.mark()]
     for _ in range(count):
         trainer.step(batches, sync=False)
-        now = clock()
-        times.append(now - previous)
-        previous = now
-    return times
+        marks.append(clock.mark())
+    return [clock.seconds(a, b) for a, b in itertools.pairwise(marks)]
 
 
-def observe_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock,
+def observe_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock: StepClock,
                   observer: StepObserver) -> None:
     """``count`` steps told to ``observer``, timed like training steps, printing nothing."""
     _timed_steps(trainer, batches, count, clock, LoopResult(), _Silent(), "probe", observer)
@@ -220,43 +207,43 @@ class _Silent(Progress):
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: DataBundle, ctx: DistContext, precision: Precision,
-             trainer: Trainer) -> tuple[float | None, float | None]:
-    """(loss, accuracy) over the whole test split, summed across ranks."""
+def evaluate(model: nn.Module, data: DataBundle, ctx: DistContext, precision: Precision
+             ) -> tuple[float | None, float | None]:
+    """(loss, accuracy) over the whole test split, summed across ranks. The sums stay on
+    the device until the end: one sync for the whole split, not one per batch."""
     if data.eval is None:
         return None, None
     model.eval()
-    loss_sum = correct = count = 0.0
-    for images, labels in data.eval:
-        images = images.to(ctx.device, non_blocking=True, memory_format=trainer.memory_format)
-        labels = labels.to(ctx.device, non_blocking=True)
+    totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss, correct, count
+    for batch in data.eval:
+        images, labels = data.to_device(batch)
         with precision.autocast():
             logits = model(images)
-        loss_sum += float(nn.functional.cross_entropy(logits.float(), labels, reduction="sum"))
-        correct += float((logits.argmax(1) == labels).sum())
-        count += labels.numel()
+        totals[0] += nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        totals[1] += (logits.argmax(1) == labels).sum()
+        totals[2] += labels.numel()
     model.train()
-    loss_sum, correct, count = sum_across_ranks(ctx, [loss_sum, correct, count])
+    loss_sum, correct, count = sum_across_ranks(ctx, totals.tolist())
     return loss_sum / max(count, 1), correct / max(count, 1)
 
 
 def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: DistContext,
-               cfg: ScheduleConfig, clock, samples_per_step: int,
+               cfg: ScheduleConfig, clock: StepClock, samples_per_step: int,
                observer: StepObserver | None = None) -> LoopResult:
     """``cfg.epochs`` epochs, each followed by a full evaluation; the wall time counts all."""
     assert data.train is not None and cfg.epochs is not None
     result = LoopResult()
     steps_per_epoch = len(data.train) // trainer.grad_accum
-    start = clock()
+    start = clock.now()
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
-        epoch_start = clock()
+        epoch_start = clock.now()
         progress = Progress(ctx, cfg.log_every, steps_per_epoch, samples_per_step)
         _timed_steps(trainer, iter(data.train), steps_per_epoch, clock, result, progress,
                      f"epoch {epoch + 1}/{cfg.epochs} step", observer)
-        train_end = clock()
-        loss, accuracy = evaluate(eval_model, data, ctx, trainer.precision, trainer)
-        end = clock()
+        train_end = clock.now()
+        loss, accuracy = evaluate(eval_model, data, ctx, trainer.precision)
+        end = clock.now()
         result.epochs.append({"epoch": epoch + 1, "train_s": train_end - epoch_start,
                               "eval_s": end - train_end, "elapsed_s": end - start,
                               "eval_loss": loss, "eval_accuracy": accuracy})
@@ -268,5 +255,5 @@ def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: D
         if (cfg.target_accuracy is not None and result.time_to_target is None
                 and accuracy is not None and accuracy >= cfg.target_accuracy):
             result.time_to_target = end - start
-    result.timed_seconds = clock() - start
+    result.timed_seconds = clock.now() - start
     return result

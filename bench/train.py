@@ -11,13 +11,13 @@ import sys
 import torch
 
 from bench import distributed, job, manifest, record, summary
+from bench.clock import StepClock
 from bench.config import TrainConfig
 from bench.data import build_data
 from bench.loop import (
     Precision,
     Trainer,
     comm_probe,
-    make_clock,
     observe_steps,
     run_epochs,
     run_steps,
@@ -58,21 +58,21 @@ def verify_dataset(cfg: TrainConfig, ctx: distributed.DistContext) -> str | None
 
 
 def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimizer,
-                  precision: Precision, data, clock, traffic: distributed.GradientTraffic
-                  ) -> int:
-    """After a single process trained bare: a few steps of the same model under one-rank
-    DDP with the configured hook, observed as a job's synced steps are. Returns how many
-    steps ``traffic`` observed. PowerSGD first runs its plain warm-up steps, so what is
-    counted is what it sends once compressing."""
-    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic)
-    trainer = Trainer(wrapped, optimizer, precision, ctx.device, cfg.distributed.grad_accum,
-                      cfg.precision.channels_last)
+                  precision: Precision, data, clock: StepClock,
+                  traffic: distributed.GradientTraffic) -> int:
+    """A few steps of the same model under a DDP wrapper whose all-reduce is observed, as
+    the timed steps of a job with a compression hook are. For one process, which trained
+    bare (a one-rank group), and for a job whose plain all-reduce stayed DDP's built-in one.
+    Returns how many steps ``traffic`` observed. PowerSGD first runs its plain warm-up
+    steps, so what is counted is what it sends once compressing."""
+    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
+    trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
     warmup = 1 + (cfg.distributed.powersgd_warmup
                   if cfg.distributed.comm_hook == "powersgd" else 0)
     steps = max(TRAFFIC_PROBE_STEPS, cfg.schedule.comm_probe_steps)
     if ctx.is_leader:
-        print(f"[bench] traffic probe: {steps} steps under one-rank DDP", file=sys.stderr,
-              flush=True)
+        print(f"[bench] traffic probe: {steps} steps with the gradient all-reduce observed",
+              file=sys.stderr, flush=True)
     batches = data.endless()
     for _ in range(warmup):
         trainer.step(batches)
@@ -92,26 +92,31 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     data = build_data(cfg.data, channels=channels, size=cfg.model.image_size,
                       num_classes=cfg.model.num_classes, rank=ctx.rank,
                       world_size=ctx.world_size, seed=cfg.schedule.seed, device=ctx.device,
-                      memory_format=memory_format)
+                      local_world_size=ctx.local_world_size, memory_format=memory_format)
     rec["num_classes"] = data.num_classes
+    rec["loader_workers"] = data.workers
     model = build_model(cfg.model, data.num_classes)
     rec["param_count"] = parameter_count(model)
     fps = flops_per_sample(cfg.model, data.num_classes)
     model = model.to(ctx.device, memory_format=memory_format)
-    traffic = distributed.GradientTraffic()
+    clock = StepClock(ctx.device)
+    traffic = distributed.GradientTraffic(clock)
     # One process is the denominator of every speedup, so it trains bare, as a lab's
     # single-GPU script would: no DDP, no hook. What a larger job of it would send (bytes,
     # bucket timeline) is measured afterwards by a short probe under one-rank DDP.
     single = ctx.world_size == 1
-    wrapped = model if single else distributed.wrap_model(model, ctx, cfg.distributed, traffic)
+    observed = distributed.observes_timed_steps(cfg.distributed, ctx.world_size)
+    wrapped = model if single else distributed.wrap_model(model, ctx, cfg.distributed, traffic,
+                                                          observe=observed)
+    # How the timed steps synchronised gradients: nothing (one process), DDP's built-in
+    # all-reduce, or a comm hook (fp16, bf16, powersgd) in Python.
+    rec["gradient_sync"] = "none" if single else "comm_hook" if observed else "ddp_builtin"
     if cfg.precision.compile:
         wrapped = torch.compile(wrapped)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
     precision = Precision.setup(cfg.precision, ctx.device)
     rec["cudnn_benchmark"] = torch.backends.cudnn.benchmark
-    trainer = Trainer(wrapped, optimizer, precision, ctx.device, cfg.distributed.grad_accum,
-                      cfg.precision.channels_last)
-    clock = make_clock(ctx.device)
+    trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
     samples_per_step = rec["global_batch_size"]
     if ctx.is_leader:
         print(f"[bench] {cfg.model.model} on {ctx.world_size} x {ctx.device.type}, global batch "
@@ -126,7 +131,7 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step,
                             observer=traffic)
     observed_steps = len(result.step_times)
-    if single:
+    if not observed:
         observed_steps = traffic_probe(cfg, ctx, model, optimizer, precision, data, clock,
                                        traffic)
     per_step = (traffic.bytes / observed_steps, traffic.calls / observed_steps) \

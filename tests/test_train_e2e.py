@@ -33,6 +33,11 @@ def test_synthetic_steps_two_processes(tmp_path):
         rec["timed_steps"] * rec["global_batch_size"] / rec["train_time_s"])
     # fp32 gradients of every parameter, once per step, as DDP sent them.
     assert rec["grad_bytes_per_step"] == rec["param_count"] * 4
+    # Timed with DDP's built-in all-reduce; bytes and timeline from the observed probe.
+    assert rec["gradient_sync"] == "ddp_builtin"
+    assert rec["bucket_timeline"]["steps"] == max(
+        train.TRAFFIC_PROBE_STEPS, rec["config"]["schedule"]["comm_probe_steps"])
+    assert rec["bucket_timeline"]["stamped_by"] == "host_clock"
     steps = rec["step_time_s"]
     assert 0 < steps["p50"] <= steps["p90"] <= steps["max"]
     assert rec["timed_steps"] == 4 and len(rec["first_losses"]) == 5  # warm-up + timed

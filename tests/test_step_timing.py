@@ -1,0 +1,126 @@
+"""How the rank side times steps: marks resolved once per window, never one sync per step,
+and DDP's own all-reduce kept when no compression hook replaces it."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bench import distributed, loop
+from bench.clock import StepClock
+from bench.config import DistributedConfig
+
+
+class CountingClock(StepClock):
+    """A CPU clock that remembers when marks were resolved, relative to the steps run."""
+
+    def __init__(self, trainer: FakeTrainer) -> None:
+        super().__init__(torch.device("cpu"))
+        self.trainer = trainer
+        self.resolved_after: list[int] = []
+        self.waited_after: list[int] = []
+
+    def seconds(self, start, end) -> float:
+        self.resolved_after.append(self.trainer.steps)
+        return super().seconds(start, end)
+
+    def wait(self, mark) -> None:
+        self.waited_after.append(self.trainer.steps)
+
+
+class FakeTrainer:
+    grad_accum = 1
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self, batches, *, sync: bool = True):
+        next(batches)
+        self.steps += 1
+        time.sleep(0.002)
+        return torch.tensor(1.0), 0.0
+
+
+def test_marks_are_resolved_after_the_steps_not_during_them():
+    trainer = FakeTrainer()
+    clock = CountingClock(trainer)
+    result = loop.LoopResult()
+    loop._timed_steps(trainer, iter(range(100)), 6, clock, result, loop._Silent(), "step")
+    assert trainer.steps == 6 and len(result.step_times) == 6
+    assert clock.resolved_after == [6] * 6, "every step's time is read once all have run"
+    assert clock.waited_after == [1], "only the first step is waited for (its wall time)"
+    assert all(t >= 0.002 for t in result.step_times)
+    assert result.train_seconds == pytest.approx(sum(result.step_times))
+
+
+def test_a_cpu_clock_says_what_stamped_it():
+    clock = StepClock(torch.device("cpu"))
+    start = clock.mark()
+    time.sleep(0.01)
+    assert clock.seconds(start, clock.mark()) >= 0.01
+    assert clock.stamped_by == "host_clock"
+
+
+def test_the_timeline_is_resolved_from_marks_when_read():
+    class TickClock(StepClock):
+        """Marks are ticks of a counter: a timeline from them is exact."""
+
+        def __init__(self) -> None:
+            super().__init__(torch.device("cpu"))
+            self.stamped_by, self.tick = "cuda_events", 0
+
+        def mark(self) -> float:
+            self.tick += 1
+            return float(self.tick)
+
+    clock = TickClock()
+    traffic = distributed.GradientTraffic(clock)
+    for _ in range(3):
+        traffic.begin_step(clock.mark())           # t
+        traffic.bucket_ready(100)                  # t+1
+        traffic.bucket_ready(300)                  # t+2
+        traffic.bucket_done()                      # t+3
+        traffic.bucket_done()                      # t+4
+        traffic.sent(torch.zeros(100))             # 400 bytes
+        traffic.end_step(clock.mark())             # t+5
+    timeline = traffic.timeline()
+    assert timeline["ready_s"] == [1.0, 2.0] and timeline["done_s"] == [3.0, 4.0]
+    assert timeline["step_s"] == 5.0 and timeline["steps"] == 3
+    assert timeline["buffer_bytes"] == [100, 300] and timeline["sent_bytes"] == [100.0, 300.0]
+    assert timeline["stamped_by"] == "cuda_events"
+
+
+@pytest.fixture
+def one_rank_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield distributed.DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1,
+                                  node_rank=0, device=torch.device("cpu"), backend="gloo")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("hook, observe, hooked", [
+    ("none", False, False),     # a job's timed steps: DDP's built-in C++ all-reduce
+    ("none", True, True),       # the traffic probe: the plain hook, observed
+    ("fp16", False, True),      # a compression hook replaces the all-reduce anyway
+])
+def test_ddp_keeps_its_own_all_reduce_unless_a_hook_is_needed(one_rank_group, hook, observe,
+                                                             hooked):
+    cfg = DistributedConfig(backend="gloo", device="cpu", comm_hook=hook)
+    traffic = distributed.GradientTraffic(StepClock(torch.device("cpu")))
+    ddp = distributed.wrap_model(nn.Linear(8, 4), one_rank_group, cfg, traffic,
+                                 observe=observe)
+    assert ddp.gradient_as_bucket_view, "gradients are views into the buckets: no copy"
+    assert bool(ddp._comm_hooks) == hooked
+    ddp(torch.randn(2, 8)).sum().backward()
+    assert (traffic.bytes > 0) == hooked
+
+
+@pytest.mark.parametrize("hook, world_size, observed", [
+    ("none", 1, False), ("none", 2, False), ("powersgd", 1, False), ("powersgd", 2, True),
+    ("bf16", 4, True)])
+def test_which_timed_steps_are_observed(hook, world_size, observed):
+    cfg = DistributedConfig(backend="gloo", device="cpu", comm_hook=hook)
+    assert distributed.observes_timed_steps(cfg, world_size) is observed
