@@ -83,7 +83,8 @@ class DataConfig:
     download: bool = option(False, "download cifar10 into --data-dir if it is missing")
     batch_size: int = option(64, "samples per device per step (the global batch is this "
                              "x world size x --grad-accum)")
-    workers: int = option(2, "DataLoader worker processes per rank for real data")
+    workers: int | None = option(None, "DataLoader worker processes per rank for real data "
+                                 "(default: the CPU cores per local rank less one, 2 to 8)")
     max_train_samples: int | None = option(None, "use only the first N training samples")
     max_eval_samples: int | None = option(None, "use only the first N test samples")
     manifest_check: str = option("all", "before training, check the dataset against its "
@@ -94,7 +95,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         require(self.data in DATA_SOURCES, "data", self.data, f"one of {', '.join(DATA_SOURCES)}")
         require_range(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
-        require_range(self.workers, "workers", 0, 256)
+        require_range(self.workers, "workers", 0, 256, optional=True)
         require(self.manifest_check in MANIFEST_CHECKS, "manifest_check", self.manifest_check,
                 f"one of {', '.join(MANIFEST_CHECKS)}")
         require_range(self.manifest_sample, "manifest_sample", 1, 10_000_000)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -34,6 +35,21 @@ class DataBundle:
     eval: DataLoader | None           # None when the source has no test split
     synthetic_batch: Batch | None = None
     train_samples: int = 0            # samples per epoch across all ranks
+    device: torch.device = torch.device("cpu")
+    memory_format: torch.memory_format = torch.contiguous_format
+    # Batch-wise work done on the device after the copy (None: the loader's batch is final).
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None
+    workers: int = 0                  # loader worker processes per rank (0: none or synthetic)
+
+    def to_device(self, batch: Batch) -> Batch:
+        """A loader batch on the device, prepared and in the model's memory format. The
+        synthetic batch is already there, made once in that format: this is a no-op."""
+        images, labels = batch
+        images = images.to(self.device, non_blocking=True)
+        if self.prepare is not None:
+            images = self.prepare(images)
+        return (images.contiguous(memory_format=self.memory_format),
+                labels.to(self.device, non_blocking=True))
 
     def set_epoch(self, epoch: int) -> None:
         if self.train is not None and isinstance(self.train.sampler, DistributedSampler):
@@ -66,24 +82,42 @@ def read_idx(path: Path) -> torch.Tensor:
 
 
 class FashionMNIST(Dataset):
-    """Fashion-MNIST from its idx files, adapted to the model's channels and size."""
+    """Fashion-MNIST from its idx files. Samples stay raw 28x28 bytes: normalising, resizing
+    and widening to the model's channels happen once per batch on the device
+    (``fashion_mnist_on_device``), not per sample in the loader workers."""
 
-    def __init__(self, directory: Path, split: str, channels: int, size: int):
+    def __init__(self, directory: Path, split: str):
         prefix = "train" if split == "train" else "t10k"
         self.images = read_idx(find_idx_file(directory, f"{prefix}-images-idx3-ubyte"))
         self.labels = read_idx(find_idx_file(directory, f"{prefix}-labels-idx1-ubyte")).long()
-        self.channels, self.size = channels, size
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int) -> Batch:
-        mean, std = FASHION_MNIST_STATS
-        image = (self.images[index].float().div(255) - mean).div(std).unsqueeze(0)
-        if image.shape[-1] != self.size:
-            image = F.interpolate(image.unsqueeze(0), size=self.size, mode="bilinear",
-                                  align_corners=False).squeeze(0)
-        return image.expand(self.channels, -1, -1).contiguous(), self.labels[index]
+        return self.images[index].unsqueeze(0), self.labels[index]
+
+
+def fashion_mnist_on_device(channels: int, size: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """uint8 (N, 1, 28, 28) on the device -> normalised float (N, channels, size, size)."""
+    mean, std = FASHION_MNIST_STATS
+
+    def prepare(images: torch.Tensor) -> torch.Tensor:
+        images = (images.float().div(255) - mean).div(std)
+        if images.shape[-1] != size:
+            images = F.interpolate(images, size=size, mode="bilinear", align_corners=False)
+        return images.expand(-1, channels, -1, -1)
+    return prepare
+
+
+def loader_workers(configured: int | None, local_world_size: int) -> int:
+    """--workers, or by default the CPU cores this process may use per local rank, less one
+    for the rank itself, from 2 to 8: enough to keep a GPU fed on decoded images without
+    oversubscribing a small node."""
+    if configured is not None:
+        return configured
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, min(8, (cores or 1) // max(local_world_size, 1) - 1))
 
 
 def _pil_transform(channels: int, size: int, stats):
@@ -103,8 +137,7 @@ def _datasets(cfg: DataConfig, channels: int, size: int) -> tuple[Dataset, Datas
     """(train, test or None, class count) for a real data source."""
     directory = Path(cfg.data_dir)
     if cfg.data == "fashion-mnist":
-        return (FashionMNIST(directory, "train", channels, size),
-                FashionMNIST(directory, "test", channels, size), 10)
+        return FashionMNIST(directory, "train"), FashionMNIST(directory, "test"), 10
     if cfg.data == "cifar10":
         from torchvision.datasets import CIFAR10
 
@@ -128,6 +161,7 @@ def _first(dataset: Dataset, limit: int | None) -> Dataset:
 
 def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | None,
                rank: int, world_size: int, seed: int, device: torch.device,
+               local_world_size: int = 1,
                memory_format: torch.memory_format = torch.contiguous_format) -> DataBundle:
     """The data for this rank: a batch on the device, or loaders over its shard."""
     if cfg.data == "synthetic":
@@ -139,14 +173,16 @@ def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | 
         # In the model's memory format once, so no step converts it again.
         return DataBundle(num_classes=classes, train=None, eval=None,
                           synthetic_batch=(images.to(device, memory_format=memory_format),
-                                           labels.to(device)))
+                                           labels.to(device)),
+                          device=device, memory_format=memory_format)
 
     train_set, test_set, classes = _datasets(cfg, channels, size)
     train_set = _first(train_set, cfg.max_train_samples)
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)
-    loader_args = dict(batch_size=cfg.batch_size, num_workers=cfg.workers,
-                       pin_memory=device.type == "cuda", persistent_workers=cfg.workers > 0)
+    workers = loader_workers(cfg.workers, local_world_size)
+    loader_args = dict(batch_size=cfg.batch_size, num_workers=workers,
+                       pin_memory=device.type == "cuda", persistent_workers=workers > 0)
     # drop_last keeps every timed step the same size.
     train = DataLoader(train_set, sampler=sampler, drop_last=True, **loader_args)
     if len(train) == 0:
@@ -158,5 +194,7 @@ def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | 
         # Each rank takes every world_size-th sample: no padding, so the accuracy is exact.
         shard = Subset(test_set, range(rank, len(test_set), world_size))
         evaluation = DataLoader(shard, shuffle=False, **loader_args)
+    prepare = fashion_mnist_on_device(channels, size) if cfg.data == "fashion-mnist" else None
     return DataBundle(num_classes=num_classes or classes, train=train, eval=evaluation,
-                      train_samples=len(train) * cfg.batch_size * world_size)
+                      train_samples=len(train) * cfg.batch_size * world_size, device=device,
+                      memory_format=memory_format, prepare=prepare, workers=workers)
