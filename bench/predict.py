@@ -326,12 +326,22 @@ def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
             for key, recs in repeats.items()}
 
 
+def host_stamped_gpu_timeline(rec: dict) -> bool:
+    """Whether a GPU record's bucket timeline was stamped by the host clock (records from
+    before CUDA events): it shows when the CPU queued each bucket, not when the GPU had it
+    ready, so it sees almost no overlap and would predict speedups too low."""
+    on_gpu = rec.get("peak_memory_kind") == "cuda_max_allocated"
+    stamped_by = (rec.get("bucket_timeline") or {}).get("stamped_by", "host_clock")
+    return on_gpu and stamped_by != "cuda_events"
+
+
 def _predictable(rec: dict) -> bool:
     """Whether a (schema-valid) record has what the model needs: a bucket timeline with a
     bucket, a positive step time, a throughput and a global batch."""
     timeline = rec.get("bucket_timeline") or {}
     ready, sent = timeline.get("ready_s") or [], timeline.get("sent_bytes") or []
-    return bool(ready) and len(ready) == len(sent) and timeline.get("step_s", 0) > 0 \
+    return not host_stamped_gpu_timeline(rec) \
+        and bool(ready) and len(ready) == len(sent) and timeline.get("step_s", 0) > 0 \
         and (rec.get("samples_per_s") or 0) > 0 and (rec.get("global_batch_size") or 0) > 0
 
 
@@ -441,6 +451,12 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     runs = single_node_runs(records)
+    refused = sum(1 for r in record.training(records) if host_stamped_gpu_timeline(r))
+    if refused:
+        print(f"{prog}: warning: {refused} GPU record(s) skipped: their bucket timeline was "
+              "stamped by the host clock (when the CPU queued each bucket, not when the GPU "
+              "had it ready), which hides the overlap; rerun them with this version, which "
+              "stamps with CUDA events", file=sys.stderr)
     if not runs:
         print(f"{prog}: error: no ok single-node training record with a bucket timeline in "
               f"{', '.join(map(str, args.results))}: run the trainer on one node first "

@@ -251,3 +251,24 @@ def test_the_median_repeat_stands_for_the_setup():
     repeats = [_record(1, "none", 1.0, rate) for rate in (90.0, 60.0, 80.0, 85.0)]
     (chosen,) = single_node_runs(repeats).values()
     assert chosen["samples_per_s"] == 80.0      # the lower middle of 60, 80, 85, 90
+
+
+@pytest.mark.parametrize("stamped_by", [None, "host_clock", "cuda_events"])
+def test_a_gpu_timeline_must_come_from_cuda_events(tmp_path, stamped_by):
+    """On a GPU the host clock stamps when the CPU queued a bucket, not when the GPU had
+    it: such a timeline hides the overlap, so predict skips it and says why."""
+    gpu = _record(1, "none", 125e6, 106.7)
+    gpu["peak_memory_kind"] = "cuda_max_allocated"
+    if stamped_by:
+        gpu["bucket_timeline"]["stamped_by"] = stamped_by
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps(gpu) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link", "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True,
+                          text=True)
+    if stamped_by == "cuda_events":
+        assert proc.returncode == 0, proc.stderr
+        assert "skipped" not in proc.stderr
+    else:
+        assert proc.returncode == 2
+        assert "1 GPU record(s) skipped" in proc.stderr and "CUDA events" in proc.stderr
