@@ -69,8 +69,31 @@ def failure_record(cfg, topology: Topology) -> dict:
     return rec
 
 
+# A scheduler's end states that decide the row's status whatever the nodes printed.
+_SCHEDULER_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
+
+
 def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
-    """Name the node that failed first, its status and its real cause, in the record."""
+    """Name the node that failed first, its status and its real cause, in the record; for a
+    job a scheduler ran, its own end state and reason too."""
+    rec = _describe_nodes(rec, outcome, deadline_s)
+    scheduler = outcome.scheduler
+    if scheduler:
+        said = (f"{scheduler.get('kind', 'scheduler')} job {scheduler.get('job_id')} "
+                f"{scheduler.get('state')}"
+                + (f" ({scheduler['reason']})" if scheduler.get("reason") not in (None, "", "None")
+                   else "")
+                + (f", exit code {scheduler['exit_code']}" if scheduler.get("exit_code") else "")
+                + (f" on {scheduler['nodes']}" if scheduler.get("nodes") else ""))
+        rec["error"] = f"{said}: {rec['error']}" if rec.get("error") else said
+        if scheduler.get("state") in _SCHEDULER_STATUS and not outcome.timed_out:
+            rec["status"] = _SCHEDULER_STATUS[scheduler["state"]]
+        elif rec.get("status") == "ok":
+            rec["status"] = "error"
+    return rec
+
+
+def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     node = outcome.culprit
     if node is None:  # nobody failed: the deadline stopped them
         rec["status"] = "timeout"

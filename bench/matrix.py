@@ -35,6 +35,7 @@ from bench.config import (
     TrainConfig,
 )
 from bench.failures import describe_failure, failure_record
+from bench.launchers import LAUNCHERS, JobSpec, Launcher
 from bench.launchers.nodes import CONSOLE
 from bench.models import MODELS
 from bench.options import (
@@ -56,7 +57,6 @@ from bench.topology import (
 )
 from bench.units import parse_rate
 
-LAUNCHERS = ("native", "compose", "ssh", "netns")
 PORT_SPAN = 100   # ports above --master-port the jobs of a matrix take in turn
 WORKLOADS = {"train": "bench.train", "allreduce": "bench.allreduce"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
@@ -99,26 +99,22 @@ class Cell:
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class MatrixConfig:
+    """What the matrix schedules and records; how jobs start is the launcher's section."""
+
     cells: dict[Cell, TrainConfig | AllreduceConfig]   # each cell's validated configuration
     repeats: int
-    launcher: str
-    hosts: list[str]
     results: Path
     resume: bool
     deadline_s: float
     rdzv_timeout: int
     trainer_args: list[str]
-    image: str | None
-    env_file: Path | None
-    runtime: str
-    remote_dir: str | None
     master_port: int
-    profile: str
-    ssh_config: Path | None
+    launcher: str
+    launcher_options: object          # the launcher's own options section
     workload: str = "train"
-    link_bps: int | None = None
-    cpus_per_node: int | None = None
+    link_bps: int | None = None       # recorded with each row (netns)
     verbose: bool = False
+    dry_run: bool = False
 
     @property
     def module(self) -> str:
@@ -149,9 +145,20 @@ class MatrixConfig:
         p.add_argument("--cpus-per-node", type=int, help="netns: CPUs pinned to each node "
                        "(default: this machine's CPUs divided by the most nodes of any cell)")
         p.add_argument("--hosts", default="", help="ssh: host1,host2 in node-rank order")
-        p.add_argument("--runtime", choices=("compose", "native"), default="compose",
-                       help="ssh: start the trainer through Compose or torchrun on each host")
-        p.add_argument("--remote-dir", help="ssh: this checkout's path on the hosts "
+        p.add_argument("--runtime", choices=("compose", "native", "pyxis"),
+                       help="ssh: Compose (default) or torchrun on each host; slurm: native "
+                       "(default: the checkout and venv on shared storage), compose, or pyxis "
+                       "(srun --container-image)")
+        p.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
+        p.add_argument("--account", help="slurm: the account to charge")
+        p.add_argument("--time-limit", help="slurm: each job's --time (default: --deadline "
+                       "rounded up, plus a minute)")
+        p.add_argument("--gpus-per-node", type=int, default=0,
+                       help="slurm: GPUs each node asks for (default: 0, a CPU job)")
+        p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
+                       "would start it (torchrun lines, Compose commands, sbatch script); "
+                       "start nothing")
+        p.add_argument("--remote-dir", help="ssh, slurm: this checkout's path on the hosts "
                        "(default: the same path as here)")
         p.add_argument("--ssh-config", type=Path, help="ssh: an ssh_config file (ports, keys, "
                        "known_hosts) passed to ssh -F")
@@ -218,7 +225,19 @@ class MatrixConfig:
                                   f"needs {most} nodes but --hosts names {len(hosts)}")
         elif a.hosts:
             raise ConfigError("--hosts", a.hosts, "only with --launcher ssh")
-        uses_compose = a.launcher == "compose" or (a.launcher == "ssh" and a.runtime == "compose")
+        if a.runtime is not None and a.launcher not in ("ssh", "slurm"):
+            raise ConfigError("--runtime", a.runtime, "only with --launcher ssh or slurm")
+        if a.launcher != "slurm":
+            for flag in ("partition", "account", "time_limit"):
+                if getattr(a, flag) is not None:
+                    raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
+                                      "only with --launcher slurm")
+        runtime = a.runtime or ("native" if a.launcher == "slurm" else "compose")
+        if a.launcher == "ssh" and runtime == "pyxis":
+            raise ConfigError("--runtime", runtime, "pyxis is a Slurm runtime: use compose or "
+                              "native with --launcher ssh")
+        uses_compose = a.launcher == "compose" or (a.launcher in ("ssh", "slurm")
+                                                   and runtime == "compose")
         if uses_compose and not a.image:
             raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
                               "bench-trainer:cpu")
@@ -245,21 +264,51 @@ class MatrixConfig:
             for cell in cells:
                 parse(cell.trainer_args(trainer_args), prog)
         profile = a.profile or ("gpu" if gpus.visible_gpus() else "cpu")
+        visible = tuple(gpus.visible_gpus()) if a.launcher in ("native", "compose", "netns") \
+            else ()
         if a.launcher in ("native", "compose"):
             # Every node of a job here shares this host's GPUs: each needs its own.
-            visible = gpus.visible_gpus()
             for cell in cells:
                 on_gpus = profile == "gpu" if a.launcher == "compose" \
-                    else gpus.wants_gpus(cell.trainer_args(trainer_args), visible)
+                    else gpus.wants_gpus(cell.trainer_args(trainer_args), list(visible))
                 if on_gpus and visible:
-                    gpus.assign(cell.topology, visible)
-        return cls(cells=configs, repeats=a.repeats, launcher=a.launcher, hosts=hosts,
-                   results=a.results, resume=a.resume, deadline_s=a.deadline,
-                   rdzv_timeout=a.rdzv_timeout, trainer_args=trainer_args, image=a.image,
-                   env_file=a.env_file, runtime=a.runtime, remote_dir=a.remote_dir,
-                   master_port=a.master_port, profile=profile,
-                   ssh_config=a.ssh_config, workload=a.workload, link_bps=link_bps,
-                   cpus_per_node=a.cpus_per_node, verbose=a.verbose)
+                    gpus.assign(cell.topology, list(visible))
+        options = launcher_options(a, runtime=runtime, profile=profile, hosts=hosts,
+                                   link_bps=link_bps, visible=visible,
+                                   most_nodes=max(c.topology.nodes for c in cells))
+        return cls(cells=configs, repeats=a.repeats, results=a.results, resume=a.resume,
+                   deadline_s=a.deadline, rdzv_timeout=a.rdzv_timeout,
+                   trainer_args=trainer_args, master_port=a.master_port,
+                   launcher=a.launcher, launcher_options=options, workload=a.workload,
+                   link_bps=link_bps, verbose=a.verbose, dry_run=a.dry_run)
+
+
+def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
+                     link_bps: int | None, visible: tuple[str, ...], most_nodes: int):
+    """The chosen launcher's own options section, from the flags that belong to it."""
+    from bench.launchers import compose, native, netns, slurm, ssh
+
+    results_root = a.results.parent
+    if a.launcher == "native":
+        return native.NativeOptions(visible_gpus=visible)
+    if a.launcher == "compose":
+        return compose.ComposeOptions(image=a.image, env_file=a.env_file, profile=profile,
+                                      visible_gpus=visible)
+    if a.launcher == "netns":
+        assert link_bps is not None  # checked above
+        return netns.NetnsOptions(
+            link_bps=link_bps, lab_nodes=most_nodes, visible_gpus=visible,
+            cpus_per_node=a.cpus_per_node or max(1, (os.cpu_count() or 1) // most_nodes))
+    if a.launcher == "ssh":
+        return ssh.SshOptions(hosts=tuple(hosts), runtime=runtime, remote_dir=a.remote_dir,
+                              ssh_config=a.ssh_config, image=a.image, env_file=a.env_file,
+                              profile=profile, results_root=results_root)
+    return slurm.SlurmOptions(partition=a.partition, account=a.account,
+                              time_limit=a.time_limit, gpus_per_node=a.gpus_per_node,
+                              runtime=runtime, remote_dir=a.remote_dir, image=a.image,
+                              env_file=a.env_file,
+                              profile="gpu" if a.gpus_per_node else (a.profile or "cpu"),
+                              results_root=results_root)
 
 
 def cell_key(config_hash: str, nnodes: int | None, nproc: int | None) -> tuple:
@@ -299,22 +348,45 @@ def _eta(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def run(cfg: MatrixConfig, launch) -> int:
-    """Run every job; ``launch(cell, args, job_id, port, trainer_results, log_dir)`` starts one."""
+def job_spec(cfg: MatrixConfig, cell: Cell, job_id: str, number: int) -> JobSpec:
+    """The job of one repeat of a cell: its logs and record under the results' directory,
+    and a fresh port (no TIME_WAIT collisions with the job before)."""
+    log_dir = cfg.results.parent / "logs" / job_id
+    return JobSpec(job_id=job_id, module=cfg.module,
+                   workload_args=tuple(cell.trainer_args(cfg.trainer_args)),
+                   topology=cell.topology,
+                   master_port=cfg.master_port + (number % (PORT_SPAN // 2)) * 2,
+                   rdzv_timeout=cfg.rdzv_timeout, results=log_dir / "trainer.jsonl",
+                   log_dir=log_dir, deadline_s=cfg.deadline_s)
+
+
+def render(cfg: MatrixConfig, launcher: Launcher) -> str:
+    """Every job of the matrix as its launcher would start it (``--dry-run``)."""
+    matrix_id = record.new_run_id()
+    parts = []
+    for index, cell in enumerate(cfg.cells, 1):
+        for repeat in range(1, cfg.repeats + 1):
+            job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", index)
+            parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
+                         f"({launcher.name})\n{launcher.render(job)}")
+    return "\n\n".join(parts)
+
+
+def run(cfg: MatrixConfig, launcher: Launcher) -> int:
+    """Run every job through ``launcher``; one row per job, whatever happens to it."""
     matrix_id = record.new_run_id()
     done = finished_repeats(cfg.results) if cfg.resume else {}
     jobs = []
     for index, (cell, train_cfg) in enumerate(cfg.cells.items(), 1):
-        args = cell.trainer_args(cfg.trainer_args)
         key = cell_key(train_cfg.hash(), cell.topology.nodes, cell.topology.procs)
         for repeat in range(1, cfg.repeats + 1):
             if repeat <= done.get(key, 0):
                 print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}: "
                       "already recorded, skipped (--resume)", file=sys.stderr)
                 continue
-            jobs.append((index, cell, repeat, args, train_cfg))
+            jobs.append((index, cell, repeat, train_cfg))
     failures, durations = [], []
-    for number, (index, cell, repeat, args, train_cfg) in enumerate(jobs, 1):
+    for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
             else "unknown"
         # One line per job: its cell now, its outcome when it ends (node output goes to
@@ -322,12 +394,10 @@ def run(cfg: MatrixConfig, launch) -> int:
         print(f"[matrix] job {number}/{len(jobs)} (ETA {eta}): cell {index} {cell.label()} "
               f"repeat {repeat}/{cfg.repeats}", end="\n" if cfg.verbose else " ...",
               file=sys.stderr, flush=True)
-        job_id = f"{matrix_id}-c{index}r{repeat}"
-        log_dir = cfg.results.parent / "logs" / job_id
-        # A fresh port per job: no TIME_WAIT collisions.
-        port = cfg.master_port + (number % (PORT_SPAN // 2)) * 2
+        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", number)
+        log_dir = job.log_dir
         launched = time.time()
-        outcome = launch(cell, args, job_id, port, log_dir / "trainer.jsonl", log_dir)
+        outcome = launcher.launch(job)
         durations.append(outcome.seconds)
         records = outcome.records()
         rec = records[0] if records else failure_record(train_cfg, cell.topology)
@@ -338,6 +408,7 @@ def run(cfg: MatrixConfig, launch) -> int:
                          "config_hash": train_cfg.hash(),
                          "launcher": cfg.launcher, "topology": str(cell.topology),
                          "link_bps": cfg.link_bps,
+                         **({"scheduler": outcome.scheduler} if outcome.scheduler else {}),
                          "logs": str(log_dir), "launched_at": launched,
                          "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
         try:
@@ -365,18 +436,22 @@ def run(cfg: MatrixConfig, launch) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
-    from bench.launchers import select
+    from bench.launchers import build
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = MatrixConfig.from_args(argv, prog)
-        launch = select(cfg)
+        launcher = build(cfg.launcher, cfg.launcher_options)
+        if cfg.dry_run:
+            print(render(cfg, launcher))
+            return 0
+        launcher.preflight([cell.topology for cell in cfg.cells])
     except (ConfigError, RuntimeError) as error:  # bad input, or a host that cannot start
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     CONSOLE.echo = cfg.verbose
     started = time.monotonic()
-    code = run(cfg, launch)
+    code = run(cfg, launcher)
     print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
     _report(cfg.results)
     return code

@@ -6,7 +6,7 @@
 #  3. real data (Fashion-MNIST-shaped idx files made here) prepared on the device;
 #  4. `bench allreduce` with NCCL;
 #  5. --compile, and what NVML says (for GPU telemetry).
-# Usage: scripts/gpu-reference.sh OUTDIR   (PYTHON=python3 by default)
+# Usage: scripts/gpu-reference.sh OUTDIR   (PYTHON=python3, BATCH=256, COMPILE=1 by default)
 # Every step runs even when one before it failed; each writes its log under OUTDIR.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-reference.sh OUTDIR}
@@ -67,7 +67,7 @@ step real-data "$py" -m bench train --device cuda --data fashion-mnist --data-di
   --precision bf16 --channels-last --results "$out/real-data.jsonl"
 step allreduce "$py" -m bench allreduce --device cuda --backend nccl --max-size 256MiB \
   --results "$out/allreduce.jsonl"
-step compile timeout 300 "$py" -m bench train --device cuda --precision bf16 --channels-last \
+[[ ${COMPILE:-1} == 1 ]] && step compile timeout 300 "$py" -m bench train --device cuda --precision bf16 --channels-last \
   --compile "${common[@]}" --steps 50 --log-every 0 --results "$out/compile.jsonl"
 step nvml "$py" -c 'import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0);
 print(n.nvmlDeviceGetName(h), n.nvmlDeviceGetPowerUsage(h), n.nvmlDeviceGetUtilizationRates(h).gpu,

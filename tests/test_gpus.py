@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bench import gpus
-from bench.launchers import own_gpus
+from bench.launchers.native import own_gpus
 from bench.launchers.nodes import NodeCommand
 from bench.options import ConfigError
 from bench.topology import Topology

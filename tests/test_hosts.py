@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from bench import doctor
 from bench.launchers import ssh
+from bench.launchers.base import JobSpec
 from bench.options import ConfigError
 from bench.topology import (
     MAX_NODES,
@@ -174,18 +174,17 @@ def test_the_launcher_puts_dashdash_before_every_host(monkeypatch, tmp_path):
 
     monkeypatch.setattr(ssh, "run_nodes", fake_run_nodes)
     monkeypatch.setattr(ssh.subprocess, "run", lambda argv, **kw: seen.append(argv))
-    hosts = ["root@127.0.0.2", "127.0.0.3"]
+    hosts = ("root@127.0.0.2", "127.0.0.3")
     for runtime in ("native", "compose"):
         seen.clear()
-        cfg = types.SimpleNamespace(
-            hosts=hosts, ssh_config=None, remote_dir="/srv/bench", runtime=runtime,
-            rdzv_timeout=60, module="bench.train", deadline_s=10.0, cells=[],
-            profile="cpu", results=tmp_path / "runs.jsonl", env_file=EXAMPLE_ENV,
-            image="bench-trainer:cpu")
-        launch = ssh.launcher(cfg)
-        cell = types.SimpleNamespace(topology=Topology(2, 1))
-        assert launch(cell, ["--steps", "1"], "job1", 29511,
-                      tmp_path / "logs" / "trainer.jsonl", tmp_path / "logs") == "outcome"
+        options = ssh.SshOptions(hosts=hosts, remote_dir="/srv/bench", runtime=runtime,
+                                 profile="cpu", results_root=tmp_path, env_file=EXAMPLE_ENV,
+                                 image="bench-trainer:cpu")
+        job = JobSpec(job_id="job1", module="bench.train", workload_args=("--steps", "1"),
+                      topology=Topology(2, 1), master_port=29511, rdzv_timeout=60,
+                      results=tmp_path / "logs" / "trainer.jsonl", log_dir=tmp_path / "logs",
+                      deadline_s=10.0)
+        assert ssh.SshLauncher(options).launch(job) == "outcome"
         assert len(seen) == 4  # a start and a cleanup per host
         for argv in seen:
             host = next(h for h in hosts if h in argv)

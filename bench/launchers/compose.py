@@ -15,7 +15,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from bench.launchers.base import JobSpec, render_commands
 from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.topology import Topology
 
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
@@ -48,6 +50,12 @@ def image_identity(image: str) -> tuple[str, str]:
     return image_id, digests[0] if digests else image_id
 
 
+def project_name(job_id: str, rank: int) -> str:
+    """A node's Compose project: found again (and taken down) by this name on its host.
+    Compose wants lower-case names."""
+    return f"bench-{job_id}-node{rank}".lower()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ComposeJob:
     """A job of ``nnodes`` nodes started through Compose on this host."""
@@ -71,9 +79,12 @@ class ComposeJob:
     gpus_per_node: list[str] | None = None
 
 
-def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeCommand]:
+def _commands(job: ComposeJob, compose: list[str], job_id: str,
+              identity: tuple[str, str] | None = None) -> list[NodeCommand]:
+    """Each node's `compose up`; ``identity``: the image's (id, digest), read from Docker
+    when not given."""
     service, image_var = SERVICES[job.profile]
-    image_id, image_digest = image_identity(job.image)
+    image_id, image_digest = identity or image_identity(job.image)
     base_env = {"BENCH_ENV_FILE": str(job.env_file.resolve()),
                 "NNODES": str(job.nnodes), "NPROC_PER_NODE": str(job.nproc_per_node),
                 "MASTER_PORT": str(job.master_port), "RESULTS_DIR": str(job.results_dir.resolve()),
@@ -83,7 +94,7 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeComm
                 **({"RDZV_TIMEOUT": str(job.rdzv_timeout)} if job.rdzv_timeout else {})}
     ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
     return [NodeCommand(rank, f"node{rank}",
-                        compose + ["-p", f"bench-{job_id}-node{rank}", "up", "--no-log-prefix",
+                        compose + ["-p", project_name(job_id, rank), "up", "--no-log-prefix",
                                    "--exit-code-from", service, service],
                         {**base_env, "NODE_RANK": str(rank),
                          **({"BENCH_GPUS": job.gpus_per_node[rank]} if job.gpus_per_node
@@ -91,11 +102,15 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str) -> list[NodeComm
             for rank in ranks]
 
 
-def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
+def _compose(job: ComposeJob, command: list[str] | None = None) -> list[str]:
+    return (command or compose_command()) + ["-f", str(COMPOSE_FILE), "--env-file",
+                                             str(job.env_file), "--profile", job.profile]
+
+
+def run(job: ComposeJob, log_dir: Path | None = None, job_id: str | None = None) -> JobOutcome:
     """Start every node as a Compose project, wait, and always tear every project down."""
-    compose = compose_command() + ["-f", str(COMPOSE_FILE), "--env-file", str(job.env_file),
-                                   "--profile", job.profile]
-    commands = _commands(job, compose, uuid.uuid4().hex[:8])
+    compose = _compose(job)
+    commands = _commands(job, compose, job_id or uuid.uuid4().hex[:8])
 
     def down() -> None:
         # Every node's project at once: each `down` mostly waits on the daemon.
@@ -112,6 +127,51 @@ def run(job: ComposeJob, log_dir: Path | None = None) -> JobOutcome:
 
     return run_nodes(commands, deadline_s=job.deadline_s, log_dir=log_dir, cleanup=down,
                      cwd=REPO)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ComposeOptions:
+    """--launcher compose: every node a Compose project on this host."""
+
+    image: str
+    env_file: Path
+    profile: str                              # cpu or gpu: the trainer service
+    visible_gpus: tuple[str, ...] = ()        # the GPU profile shares these out
+
+
+class ComposeLauncher:
+    name = "compose"
+
+    def __init__(self, options: ComposeOptions) -> None:
+        self.options = options
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        image_identity(self.options.image)  # a missing image: one line now, not a failed job
+
+    def job(self, job: JobSpec) -> ComposeJob:
+        from bench import gpus
+
+        options = self.options
+        results_dir = job.results.parent
+        return ComposeJob(
+            profile=options.profile, env_file=options.env_file, nnodes=job.topology.nodes,
+            nproc_per_node=job.topology.procs, trainer_args=list(job.workload_args),
+            results_dir=results_dir, results_name=job.results.name, image=options.image,
+            master_port=job.master_port, deadline_s=job.deadline_s, module=job.module,
+            rdzv_timeout=job.rdzv_timeout,
+            gpus_per_node=gpus.assign(job.topology, list(options.visible_gpus))
+            if options.profile == "gpu" and options.visible_gpus else None)
+
+    def render(self, job: JobSpec) -> str:
+        compose_job = self.job(job)
+        compose = _compose(compose_job, ["docker", "compose"])
+        identity = ("<id of " + self.options.image + ">",) * 2
+        ups = _commands(compose_job, compose, job.job_id, identity)
+        return render_commands(ups, REPO) + "\n# afterwards, per node: the same command " \
+            "with `down -v --remove-orphans -t 5` for `up ...`"
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        return run(self.job(job), log_dir=job.log_dir, job_id=job.job_id)
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:

@@ -1,19 +1,24 @@
 """Launch a job natively: one torchrun per node, all on this host (nodes on loopback)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
-from bench.launchers.nodes import NodeCommand
+from bench import gpus
+from bench.launchers.base import JobSpec, render_commands
+from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.topology import Topology
 
 
-def torchrun_argv(topology: Topology, node_rank: int, *, master_addr: str, master_port: int,
-                  rdzv_timeout: int, job_id: str, results: str, trainer_args: list[str],
-                  python: str = sys.executable, module: str = "bench.train") -> list[str]:
-    """One node's torchrun command. ``--rdzv-id`` carries the job id so that a launcher can
-    find (and stop) this job's processes on a host by their command line. ``module`` is the
-    workload: the trainer, or the all-reduce benchmark (``bench.allreduce``)."""
+def torchrun_argv(topology: Topology, node_rank: int | str, *, master_addr: str,
+                  master_port: int | str, rdzv_timeout: int, job_id: str, results: str,
+                  trainer_args: list[str], python: str = sys.executable,
+                  module: str = "bench.train") -> list[str]:
+    """One node's torchrun command: the node contract's one argv, whoever launches it.
+    ``--rdzv-id`` carries the job id so that a launcher can find (and stop) this job's
+    processes on a host by their command line. ``module`` is the workload: the trainer, or
+    the all-reduce benchmark (``bench.allreduce``)."""
     return [python, "-m", "torch.distributed.run", "--nnodes", str(topology.nodes),
             "--node_rank", str(node_rank), "--nproc_per_node", str(topology.procs),
             "--master_addr", master_addr, "--master_port", str(master_port),
@@ -28,3 +33,46 @@ def commands(topology: Topology, trainer_args: list[str], *, master_port: int, j
                 rdzv_timeout=rdzv_timeout, job_id=job_id, results=str(results),
                 trainer_args=trainer_args, module=module))
             for rank in range(topology.nodes)]
+
+
+def own_gpus(commands: list[NodeCommand], topology, args: list[str],
+             visible: list[str]) -> list[NodeCommand]:
+    """Each node simulated on this host gets its own GPUs (bench.gpus), in PCI order as
+    nvidia-smi numbers them; a CPU job is left as it is."""
+    if not gpus.wants_gpus(args, visible):
+        return commands
+    blocks = gpus.assign(topology, visible)
+    return [dataclasses.replace(command, env={**(command.env or {}),
+                                              "CUDA_VISIBLE_DEVICES": blocks[command.rank],
+                                              "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+            for command in commands]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NativeOptions:
+    """--launcher native: every node a torchrun on this host."""
+
+    visible_gpus: tuple[str, ...] = ()   # this host's GPUs, shared out among the nodes
+
+
+class NativeLauncher:
+    name = "native"
+
+    def __init__(self, options: NativeOptions) -> None:
+        self.options = options
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        pass  # the matrix checked the GPUs of this host for every topology
+
+    def commands(self, job: JobSpec) -> list[NodeCommand]:
+        args = list(job.workload_args)
+        return own_gpus(commands(job.topology, args, master_port=job.master_port,
+                                 job_id=job.job_id, results=job.results,
+                                 rdzv_timeout=job.rdzv_timeout, module=job.module),
+                        job.topology, args, list(self.options.visible_gpus))
+
+    def render(self, job: JobSpec) -> str:
+        return render_commands(self.commands(job))
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        return run_nodes(self.commands(job), deadline_s=job.deadline_s, log_dir=job.log_dir)

@@ -13,11 +13,14 @@ beside the same number of busy hosts, as each node of the largest cell does.
 """
 from __future__ import annotations
 
+import dataclasses
+import shlex
 import sys
 from pathlib import Path
 
 from bench import netlab
 from bench.launchers import native
+from bench.launchers.base import JobSpec
 from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.topology import Topology
 
@@ -61,3 +64,54 @@ def run(topology: Topology, args: list[str], *, rate_bps: int, cpus_per_node: in
     # The job's own nodes; a neighbour that failed is still the culprit (it stopped the job).
     outcome.nodes = outcome.nodes[:topology.nodes]
     return outcome
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NetnsOptions:
+    """--launcher netns: every node in its own namespace behind a shaped link."""
+
+    link_bps: int
+    cpus_per_node: int             # CPUs pinned to each emulated host
+    lab_nodes: int                 # emulated hosts per job: the most nodes of any cell
+    visible_gpus: tuple[str, ...] = ()
+
+
+class NetnsLauncher:
+    name = "netns"
+
+    def __init__(self, options: NetnsOptions) -> None:
+        self.options = options
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        netlab.check_prerequisites()  # no root or no iproute2: a user error, before any job
+
+    def render(self, job: JobSpec) -> str:
+        options = self.options
+        argv = native.torchrun_argv(
+            job.topology, "<node rank>", master_addr="<node 0's lab address>",
+            master_port=job.master_port, rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
+            results=str(job.results), trainer_args=list(job.workload_args),
+            module=job.module)
+        return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
+                f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
+                "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
+                f"(see bench/netlab.py)\n# in each of the job's {job.topology.nodes} "
+                f"namespace(s):\n{shlex.join(argv)}")
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        from bench import gpus
+        from bench.launchers import failed_to_start
+
+        options = self.options
+        try:
+            if gpus.wants_gpus(list(job.workload_args), list(options.visible_gpus)):
+                # nodes in namespaces share this host
+                raise netlab.LabError("the netns launcher emulates CPU hosts: pass "
+                                      "--device cpu after --")
+            return run(job.topology, list(job.workload_args), rate_bps=options.link_bps,
+                       cpus_per_node=options.cpus_per_node, master_port=job.master_port,
+                       job_id=job.job_id, results=job.results, rdzv_timeout=job.rdzv_timeout,
+                       module=job.module, deadline_s=job.deadline_s, log_dir=job.log_dir,
+                       lab_nodes=options.lab_nodes)
+        except netlab.LabError as error:  # this job's lab failed: a row, not a crash
+            return failed_to_start("netlab", str(error))

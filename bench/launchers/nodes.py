@@ -63,10 +63,13 @@ class JobOutcome:
     timed_out: bool
     seconds: float
     culprit: NodeOutcome | None = None   # the node that failed first (the others were stopped)
+    # A scheduler's own view of the job (Slurm: job id, end state, reason, exit code, nodes).
+    scheduler: dict | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and all(n.ok for n in self.nodes)
+        return not self.timed_out and all(n.ok for n in self.nodes) and \
+            (self.scheduler is None or self.scheduler.get("state") == "COMPLETED")
 
     def records(self) -> list[dict]:
         """Records printed after the marker by any node (rank 0 prints them)."""

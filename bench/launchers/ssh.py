@@ -9,15 +9,17 @@ their command line, so a failure, the deadline or Ctrl-C stops every host.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
 from bench.launchers import compose, native
-from bench.launchers.nodes import NodeCommand, run_nodes
+from bench.launchers.base import JobSpec, render_commands
+from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.provenance import COMM_ENV_PREFIXES
-from bench.topology import host_address
+from bench.topology import Topology, host_address
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CONNECT_TIMEOUT_S = 10
@@ -63,77 +65,102 @@ def gpu_count(host: str, ssh_config: Path | None) -> int | None:
     return int(text) or None
 
 
-def preflight(cfg) -> None:
-    """Before anything starts: every host answers over SSH and has the GPUs asked for."""
-    from bench.options import ConfigError
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SshOptions:
+    """--launcher ssh: node i on the i-th host, over SSH."""
 
-    for index, host in enumerate(cfg.hosts):
-        gpus = gpu_count(host, cfg.ssh_config)
-        wanted = max((c.topology.procs for c in cfg.cells if c.topology.nodes > index),
-                     default=0)
-        if gpus is not None and wanted > gpus:
-            raise ConfigError("--topologies", f"...x{wanted}",
-                              f"host {host} has {gpus} GPU(s): at most {index + 1}x{gpus} there")
+    hosts: tuple[str, ...]                  # node-rank order; the first leads
+    runtime: str = "compose"                # compose or native on each host
+    remote_dir: str | None = None           # this checkout's path there (default: the same)
+    ssh_config: Path | None = None
+    image: str | None = None                # the trainer image (runtime compose)
+    env_file: Path | None = None            # the node settings (runtime compose)
+    profile: str = "cpu"                    # the trainer service (runtime compose)
+    results_root: Path = Path("results")    # the results directory, mounted by Compose
 
 
-def launcher(cfg):
-    """The matrix's launch function for ``--launcher ssh``."""
-    preflight(cfg)
-    directory = cfg.remote_dir or str(REPO)
-    master = host_address(cfg.hosts[0])  # MASTER_ADDR: the first host, without user@
-    ssh = ssh_base(cfg.ssh_config)
+class SshLauncher:
+    name = "ssh"
 
-    def launch(cell, args, job_id, port, trainer_results, log_dir):
-        hosts = cfg.hosts[:cell.topology.nodes]
+    def __init__(self, options: SshOptions) -> None:
+        self.options = options
+        self.directory = options.remote_dir or str(REPO)
+        self.master = host_address(options.hosts[0])  # MASTER_ADDR: without user@
+        self.ssh = ssh_base(options.ssh_config)
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        """Every host answers over SSH and has the GPUs asked for."""
+        from bench.options import ConfigError
+
+        for index, host in enumerate(self.options.hosts):
+            gpus = gpu_count(host, self.options.ssh_config)
+            wanted = max((t.procs for t in topologies if t.nodes > index), default=0)
+            if gpus is not None and wanted > gpus:
+                raise ConfigError("--topologies", f"...x{wanted}",
+                                  f"host {host} has {gpus} GPU(s): at most {index + 1}x{gpus} "
+                                  "there")
+
+    def commands(self, job: JobSpec) -> tuple[list[NodeCommand], list[list[str]]]:
+        """Each host's start line and the line that stops what it started."""
+        hosts = self.options.hosts[:job.topology.nodes]
         env = forwarded_env()
         commands, cleanups = [], []
         for rank, host in enumerate(hosts):
-            if cfg.runtime == "native":
+            if self.options.runtime == "native":
                 argv = native.torchrun_argv(
-                    cell.topology, rank, master_addr=master, master_port=port,
-                    rdzv_timeout=cfg.rdzv_timeout, job_id=job_id, results=str(trainer_results),
-                    trainer_args=args, python=f"{directory}/.venv/bin/python",
-                    module=cfg.module)
-                line = remote_shell(directory, env, argv)
-                stop = f"pkill -TERM -f -- {shlex.quote('--rdzv-id ' + job_id)} || true"
+                    job.topology, rank, master_addr=self.master, master_port=job.master_port,
+                    rdzv_timeout=job.rdzv_timeout, job_id=job.job_id, results=str(job.results),
+                    trainer_args=list(job.workload_args),
+                    python=f"{self.directory}/.venv/bin/python", module=job.module)
+                line = remote_shell(self.directory, env, argv)
+                stop = f"pkill -TERM -f -- {shlex.quote('--rdzv-id ' + job.job_id)} || true"
             else:
-                line, stop = _compose_lines(cfg, cell, args, job_id, port, trainer_results,
-                                            directory, master, rank, env)
-            commands.append(NodeCommand(rank, host, ssh_argv(ssh, host, line)))
-            cleanups.append(ssh_argv(ssh, host, stop))
+                line, stop = _compose_lines(self.options, job, self.directory, self.master,
+                                            rank, env)
+            commands.append(NodeCommand(rank, host, ssh_argv(self.ssh, host, line)))
+            cleanups.append(ssh_argv(self.ssh, host, stop))
+        return commands, cleanups
+
+    def render(self, job: JobSpec) -> str:
+        commands, cleanups = self.commands(job)
+        return render_commands(commands) + "\n# afterwards, on every host:\n" + \
+            "\n".join(shlex.join(argv) for argv in cleanups)
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        commands, cleanups = self.commands(job)
 
         def cleanup() -> None:
             for argv in cleanups:
                 subprocess.run(argv, capture_output=True, timeout=120)
 
-        return run_nodes(commands, deadline_s=cfg.deadline_s, log_dir=log_dir, cleanup=cleanup)
+        return run_nodes(commands, deadline_s=job.deadline_s, log_dir=job.log_dir,
+                         cleanup=cleanup)
 
-    return launch
 
-
-def _compose_lines(cfg, cell, args, job_id, port, trainer_results, directory, master, rank,
-                   env) -> tuple[str, str]:
+def _compose_lines(options: SshOptions, job: JobSpec, directory: str, master: str, rank: int,
+                   env: dict[str, str]) -> tuple[str, str]:
     """The remote `compose up` for one node, and the `compose down` that undoes it."""
-    service, image_var = compose.SERVICES[cfg.profile]
-    results_dir = cfg.results.parent.resolve()
-    env_file = cfg.env_file or Path(directory) / "compose" / ".env"
-    project = f"bench-{job_id}-node{rank}".lower()  # Compose wants lower-case names
-    node_env = {**env, "BENCH_ENV_FILE": str(env_file), "NNODES": str(cell.topology.nodes),
-                "NODE_RANK": str(rank), "NPROC_PER_NODE": str(cell.topology.procs),
-                "MASTER_ADDR": master, "MASTER_PORT": str(port), "RDZV_TIMEOUT":
-                str(cfg.rdzv_timeout), "RESULTS_DIR": str(results_dir),
-                "RESULTS_NAME": str(Path(trainer_results).relative_to(results_dir)),
-                image_var: cfg.image, "BENCH_ARGS": shlex.join(args),
-                "BENCH_MODULE": cfg.module}
+    assert options.image is not None  # checked where the options were parsed
+    service, image_var = compose.SERVICES[options.profile]
+    results_dir = options.results_root.resolve()
+    env_file = options.env_file or Path(directory) / "compose" / ".env"
+    project = compose.project_name(job.job_id, rank)
+    node_env = {**env, "BENCH_ENV_FILE": str(env_file), "NNODES": str(job.topology.nodes),
+                "NODE_RANK": str(rank), "NPROC_PER_NODE": str(job.topology.procs),
+                "MASTER_ADDR": master, "MASTER_PORT": str(job.master_port), "RDZV_TIMEOUT":
+                str(job.rdzv_timeout), "RESULTS_DIR": str(results_dir),
+                "RESULTS_NAME": str(Path(job.results).resolve().relative_to(results_dir)),
+                image_var: options.image, "BENCH_ARGS": shlex.join(job.workload_args),
+                "BENCH_MODULE": job.module}
     # Compose v2 where the host has it, else docker-compose: decided on the host.
     base = ["$compose", "-f", "compose/docker-compose.yml", "--env-file", str(env_file),
-            "--profile", cfg.profile, "-p", project]
+            "--profile", options.profile, "-p", project]
     pick = ("compose=$(docker compose version >/dev/null 2>&1 && echo 'docker compose' "
             "|| echo docker-compose)")
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node_env.items()))
     # The image id is read on the host itself: each host has its own copy of the image.
     identity = (f"BENCH_IMAGE_ID=$(docker image inspect -f '{{{{.Id}}}}' "
-                f"{shlex.quote(cfg.image)}) && export BENCH_IMAGE_ID BENCH_IMAGE_DIGEST="
+                f"{shlex.quote(options.image)}) && export BENCH_IMAGE_ID BENCH_IMAGE_DIGEST="
                 "$BENCH_IMAGE_ID")
     up = (f"cd {shlex.quote(directory)} && {pick} && {identity} && exec env {assignments} "
           f"{' '.join(base)} up --no-log-prefix --exit-code-from {service} {service}")
