@@ -21,7 +21,8 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   CPU_IMAGE_SIZE CPU_TRAIN_SAMPLES CPU_EVAL_SAMPLES RESULTS LAUNCHER RUNTIME HOSTS TOPOLOGIES \
   COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS MODE \
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
-  LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON
+  LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
+  SLURM_RUNTIME
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -74,7 +75,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode doctor table plot report node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -291,6 +292,31 @@ bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node 
 	@$(check_hosts)
 	@launcher=(--launcher ssh --hosts "$$MK_HOSTS" --runtime "$$MK_RUNTIME" --image "$$MK_IMAGE" \
 	  --env-file "$$BENCH_ENV_FILE" --profile gpu); \
+	$(matrix_run)
+
+# Slurm: each repeat one batch job, one srun task per node (see README, "On Slurm").
+PARTITION ?=
+ACCOUNT ?=
+TIME_LIMIT ?=
+SLURM_RUNTIME ?= native
+bench-slurm: NODES_PER_JOB ?= 2
+bench-slurm: GPUS_PER_NODE ?= 1
+bench-slurm: BATCH_SIZES ?= 64 128
+bench-slurm: MODEL ?= resnet50
+bench-slurm: STEPS ?= 50
+bench-slurm: REPEATS ?= 1
+bench-slurm: RESULTS ?= results/slurm-$(RUN_TAG).jsonl
+bench-slurm: venv ## the matrix as Slurm jobs: PARTITION, NODES_PER_JOB, GPUS_PER_NODE (0: CPU), TIME_LIMIT, ACCOUNT, SLURM_RUNTIME
+	@case "$$MK_GPUS_PER_NODE" in ''|*[!0-9]*) echo "bench-slurm: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 0 for CPU jobs" >&2; exit 2;; esac; \
+	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "bench-slurm: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
+	per_node=$$MK_GPUS_PER_NODE; [ "$$per_node" != 0 ] || per_node=1; \
+	topologies="1x$$per_node,$$MK_NODES_PER_JOB""x$$per_node"; \
+	launcher=(--launcher slurm --runtime "$$MK_SLURM_RUNTIME" --gpus-per-node "$$MK_GPUS_PER_NODE"); \
+	[ -z "$$MK_PARTITION" ] || launcher+=(--partition "$$MK_PARTITION"); \
+	[ -z "$$MK_ACCOUNT" ] || launcher+=(--account "$$MK_ACCOUNT"); \
+	[ -z "$$MK_TIME_LIMIT" ] || launcher+=(--time-limit "$$MK_TIME_LIMIT"); \
+	[ "$$MK_SLURM_RUNTIME" != compose ] || launcher+=(--image "$$MK_IMAGE" --env-file "$$BENCH_ENV_FILE"); \
+	if [ "$$MK_GPUS_PER_NODE" = 0 ]; then workload_extra=(--device cpu); else workload_extra=(--device cuda); fi; \
 	$(matrix_run)
 
 doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU, interface, ports, shm, data, clocks

@@ -95,6 +95,9 @@ def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
 
 def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     node = outcome.culprit
+    if node is None and not outcome.timed_out:  # a scheduler ended it; no node said why
+        rec["status"], rec["error"] = "error", "no node reported a failure"
+        return rec
     if node is None:  # nobody failed: the deadline stopped them
         rec["status"] = "timeout"
         still = [n for n in outcome.nodes if n.returncode != 0]
