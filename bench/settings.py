@@ -178,6 +178,10 @@ class NodeSettings:
         # torchrun's --rdzv-conf timeout=<this>: a comma in it would add another option.
         _int(values, "RDZV_TIMEOUT", 1, MAX_TIMEOUT_S, default="600",
              allowed=f"must be whole seconds, 1 to {MAX_TIMEOUT_S:,}")
+        job_id = values.get("BENCH_JOB_ID", "")
+        if job_id and not _JOB_ID.fullmatch(job_id):
+            raise ConfigError("BENCH_JOB_ID", shown(job_id), "letters, digits, '-', '_' and "
+                              "'.', at most 64, not starting with '-' (launchers set it)")
         return cls(profile=profile, nnodes=nnodes, node_rank=node_rank,
                    nproc_per_node=_int(values, "NPROC_PER_NODE", 1, MAX_NPROC_PER_NODE),
                    master_addr=master_addr or "127.0.0.1", master_port=master_port,
@@ -355,7 +359,7 @@ def load(env_file: Path, environ: dict[str, str] | None = None) -> dict[str, str
 # in step): for these, and only these, the shell wins over the env file.
 INTERPOLATED = (
     "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_TIMEOUT",
-    "BENCH_GPUS",
+    "BENCH_JOB_ID", "BENCH_GPUS",
     "BENCH_MODULE",
     "BENCH_ARGS", "RESULTS_NAME", "RESULTS_DIR", "BENCH_IMAGE_ID", "BENCH_IMAGE_DIGEST",
     "BENCH_ENV_FILE", "IMAGE", "CPU_IMAGE", "NFS_IMAGE", "DATA_MOUNT_TYPE",
@@ -395,6 +399,7 @@ def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
     return 0
 
 
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HOST_NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+")
 
 

@@ -103,7 +103,7 @@ def docker_engine() -> list[str]:
     """The Compose command, once the Docker daemon is known to answer."""
     ok = subprocess.run(["docker", "info"], capture_output=True).returncode == 0
     _require(ok, "the Docker daemon does not answer: `make docker` starts it")
-    from bench.launchers.compose import compose_command
+    from bench.contract import compose_command
 
     return compose_command()
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+from bench import contract
 from bench.launchers.base import JobSpec, render_commands
 from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.topology import Topology
@@ -22,19 +21,6 @@ from bench.topology import Topology
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 SERVICES = {"cpu": ("trainer-cpu", "CPU_IMAGE"), "gpu": ("trainer", "IMAGE")}
-
-
-def compose_command() -> list[str]:
-    """$COMPOSE if set, else `docker compose` (v2) where present, else docker-compose."""
-    if os.environ.get("COMPOSE"):
-        return shlex.split(os.environ["COMPOSE"])
-    probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-    if probe.returncode == 0:
-        return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    raise RuntimeError("neither `docker compose` nor docker-compose is installed: "
-                       "run scripts/install-host.sh docker")
 
 
 def image_identity(image: str) -> tuple[str, str]:
@@ -48,12 +34,6 @@ def image_identity(image: str) -> tuple[str, str]:
                            "(GPU) or `make build-cpu`")
     image_id, *digests = out.stdout.split()
     return image_id, digests[0] if digests else image_id
-
-
-def project_name(job_id: str, rank: int) -> str:
-    """A node's Compose project: found again (and taken down) by this name on its host.
-    Compose wants lower-case names."""
-    return f"bench-{job_id}-node{rank}".lower()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +55,7 @@ class ComposeJob:
     only_rank: int | None = None
     module: str = "bench.train"   # the workload: the trainer or bench.allreduce
     rdzv_timeout: int | None = None   # None: the settings file's RDZV_TIMEOUT
+    master_addr: str | None = None    # None: the settings file's MASTER_ADDR
     # Each simulated node's GPUs (bench.gpus.assign), or None: every GPU to every node.
     gpus_per_node: list[str] | None = None
 
@@ -85,25 +66,30 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str,
     when not given."""
     service, image_var = SERVICES[job.profile]
     image_id, image_digest = identity or image_identity(job.image)
-    base_env = {"BENCH_ENV_FILE": str(job.env_file.resolve()),
-                "NNODES": str(job.nnodes), "NPROC_PER_NODE": str(job.nproc_per_node),
-                "MASTER_PORT": str(job.master_port), "RESULTS_DIR": str(job.results_dir.resolve()),
-                "RESULTS_NAME": job.results_name, image_var: job.image,
-                "BENCH_ARGS": shlex.join(job.trainer_args), "BENCH_MODULE": job.module,
-                "BENCH_IMAGE_ID": image_id, "BENCH_IMAGE_DIGEST": image_digest,
-                **({"RDZV_TIMEOUT": str(job.rdzv_timeout)} if job.rdzv_timeout else {})}
     ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
-    return [NodeCommand(rank, f"node{rank}",
-                        compose + ["-p", project_name(job_id, rank), "up", "--no-log-prefix",
-                                   "--exit-code-from", service, service],
-                        {**base_env, "NODE_RANK": str(rank),
-                         **({"BENCH_GPUS": job.gpus_per_node[rank]} if job.gpus_per_node
-                            else {})})
-            for rank in ranks]
+    commands = []
+    for rank in ranks:
+        env = contract.node_env(
+            nnodes=job.nnodes, node_rank=rank, nproc_per_node=job.nproc_per_node,
+            master_addr=job.master_addr, master_port=job.master_port,
+            rdzv_timeout=job.rdzv_timeout, job_id=job_id, module=job.module,
+            workload_args=job.trainer_args, results_dir=str(job.results_dir.resolve()),
+            results_name=job.results_name,
+            gpus=job.gpus_per_node[rank] if job.gpus_per_node else None,
+            image_id=image_id, image_digest=image_digest)
+        if job.rdzv_timeout is None:  # the settings file's RDZV_TIMEOUT applies
+            del env["RDZV_TIMEOUT"]
+        if job.master_addr is None:   # the settings file's MASTER_ADDR applies
+            del env["MASTER_ADDR"]
+        env |= {"BENCH_ENV_FILE": str(job.env_file.resolve()), image_var: job.image}
+        commands.append(NodeCommand(rank, f"node{rank}", compose + [
+            "-p", contract.project_name(job_id, rank), "up", "--no-log-prefix",
+            "--exit-code-from", service, service], env))
+    return commands
 
 
 def _compose(job: ComposeJob, command: list[str] | None = None) -> list[str]:
-    return (command or compose_command()) + ["-f", str(COMPOSE_FILE), "--env-file",
+    return (command or contract.compose_command()) + ["-f", str(COMPOSE_FILE), "--env-file",
                                              str(job.env_file), "--profile", job.profile]
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from bench import gpus
+from bench import contract, gpus
 from bench.launchers.base import JobSpec, render_commands
 from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.topology import Topology
@@ -15,15 +15,12 @@ def torchrun_argv(topology: Topology, node_rank: int | str, *, master_addr: str,
                   master_port: int | str, rdzv_timeout: int, job_id: str, results: str,
                   trainer_args: list[str], python: str = sys.executable,
                   module: str = "bench.train") -> list[str]:
-    """One node's torchrun command: the node contract's one argv, whoever launches it.
-    ``--rdzv-id`` carries the job id so that a launcher can find (and stop) this job's
-    processes on a host by their command line. ``module`` is the workload: the trainer, or
-    the all-reduce benchmark (``bench.allreduce``)."""
-    return [python, "-m", "torch.distributed.run", "--nnodes", str(topology.nodes),
-            "--node_rank", str(node_rank), "--nproc_per_node", str(topology.procs),
-            "--master_addr", master_addr, "--master_port", str(master_port),
-            "--rdzv-id", job_id, "--rdzv-conf", f"timeout={rdzv_timeout}",
-            "-m", module, "--results", results, *trainer_args]
+    """One node's torchrun command (``bench.contract.torchrun_argv``) for a topology."""
+    return contract.torchrun_argv(nnodes=topology.nodes, node_rank=node_rank,
+                                  nproc_per_node=topology.procs, master_addr=master_addr,
+                                  master_port=master_port, rdzv_timeout=rdzv_timeout,
+                                  job_id=job_id, module=module, results=results,
+                                  workload_args=trainer_args, python=python)
 
 
 def commands(topology: Topology, trainer_args: list[str], *, master_port: int, job_id: str,

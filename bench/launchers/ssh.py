@@ -15,6 +15,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from bench import contract
 from bench.launchers import compose, native
 from bench.launchers.base import JobSpec, render_commands
 from bench.launchers.nodes import JobOutcome, NodeCommand, run_nodes
@@ -144,19 +145,18 @@ def _compose_lines(options: SshOptions, job: JobSpec, directory: str, master: st
     service, image_var = compose.SERVICES[options.profile]
     results_dir = options.results_root.resolve()
     env_file = options.env_file or Path(directory) / "compose" / ".env"
-    project = compose.project_name(job.job_id, rank)
-    node_env = {**env, "BENCH_ENV_FILE": str(env_file), "NNODES": str(job.topology.nodes),
-                "NODE_RANK": str(rank), "NPROC_PER_NODE": str(job.topology.procs),
-                "MASTER_ADDR": master, "MASTER_PORT": str(job.master_port), "RDZV_TIMEOUT":
-                str(job.rdzv_timeout), "RESULTS_DIR": str(results_dir),
-                "RESULTS_NAME": str(Path(job.results).resolve().relative_to(results_dir)),
-                image_var: options.image, "BENCH_ARGS": shlex.join(job.workload_args),
-                "BENCH_MODULE": job.module}
+    project = contract.project_name(job.job_id, rank)
+    node_env = {**env, **contract.node_env(
+        nnodes=job.topology.nodes, node_rank=rank, nproc_per_node=job.topology.procs,
+        master_addr=master, master_port=job.master_port, rdzv_timeout=job.rdzv_timeout,
+        job_id=job.job_id, module=job.module, workload_args=list(job.workload_args),
+        results_dir=str(results_dir),
+        results_name=str(Path(job.results).resolve().relative_to(results_dir))),
+        "BENCH_ENV_FILE": str(env_file), image_var: options.image}
     # Compose v2 where the host has it, else docker-compose: decided on the host.
     base = ["$compose", "-f", "compose/docker-compose.yml", "--env-file", str(env_file),
             "--profile", options.profile, "-p", project]
-    pick = ("compose=$(docker compose version >/dev/null 2>&1 && echo 'docker compose' "
-            "|| echo docker-compose)")
+    pick = contract.COMPOSE_PICK_SHELL
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node_env.items()))
     # The image id is read on the host itself: each host has its own copy of the image.
     identity = (f"BENCH_IMAGE_ID=$(docker image inspect -f '{{{{.Id}}}}' "
