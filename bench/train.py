@@ -23,6 +23,7 @@ from bench.loop import (
     run_steps,
 )
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
+from bench.traffic import GradientTraffic, observes_timed_steps, wrap_model
 
 PROG = "bench train"
 TRAFFIC_PROBE_STEPS = 5   # one process: DDP steps observed for bytes and bucket timeline
@@ -59,13 +60,13 @@ def verify_dataset(cfg: TrainConfig, ctx: distributed.DistContext) -> str | None
 
 def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimizer,
                   precision: Precision, data, clock: StepClock,
-                  traffic: distributed.GradientTraffic) -> int:
+                  traffic: GradientTraffic) -> int:
     """A few steps of the same model under a DDP wrapper whose all-reduce is observed, as
     the timed steps of a job with a compression hook are. For one process, which trained
     bare (a one-rank group), and for a job whose plain all-reduce stayed DDP's built-in one.
     Returns how many steps ``traffic`` observed. PowerSGD first runs its plain warm-up
     steps, so what is counted is what it sends once compressing."""
-    wrapped = distributed.wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
+    wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
     trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
     warmup = 1 + (cfg.distributed.powersgd_warmup
                   if cfg.distributed.comm_hook == "powersgd" else 0)
@@ -100,13 +101,13 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     fps = flops_per_sample(cfg.model, data.num_classes)
     model = model.to(ctx.device, memory_format=memory_format)
     clock = StepClock(ctx.device)
-    traffic = distributed.GradientTraffic(clock)
+    traffic = GradientTraffic(clock)
     # One process is the denominator of every speedup, so it trains bare, as a lab's
     # single-GPU script would: no DDP, no hook. What a larger job of it would send (bytes,
     # bucket timeline) is measured afterwards by a short probe under one-rank DDP.
     single = ctx.world_size == 1
-    observed = distributed.observes_timed_steps(cfg.distributed, ctx.world_size)
-    wrapped = model if single else distributed.wrap_model(model, ctx, cfg.distributed, traffic,
+    observed = observes_timed_steps(cfg.distributed, ctx.world_size)
+    wrapped = model if single else wrap_model(model, ctx, cfg.distributed, traffic,
                                                           observe=observed)
     # How the timed steps synchronised gradients: nothing (one process), DDP's built-in
     # all-reduce, or a comm hook (fp16, bf16, powersgd) in Python.

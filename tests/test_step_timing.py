@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bench import distributed, loop
+from bench import traffic as traffic_module
 from bench.clock import StepClock
 from bench.config import DistributedConfig
 
@@ -77,7 +78,7 @@ def test_the_timeline_is_resolved_from_marks_when_read():
             return float(self.tick)
 
     clock = TickClock()
-    traffic = distributed.GradientTraffic(clock)
+    traffic = traffic_module.GradientTraffic(clock)
     for _ in range(3):
         traffic.begin_step(clock.mark())           # t
         traffic.bucket_ready(100)                  # t+1
@@ -109,8 +110,8 @@ def one_rank_group():
 def test_ddp_keeps_its_own_all_reduce_unless_a_hook_is_needed(one_rank_group, hook, observe,
                                                              hooked):
     cfg = DistributedConfig(backend="gloo", device="cpu", comm_hook=hook)
-    traffic = distributed.GradientTraffic(StepClock(torch.device("cpu")))
-    ddp = distributed.wrap_model(nn.Linear(8, 4), one_rank_group, cfg, traffic,
+    traffic = traffic_module.GradientTraffic(StepClock(torch.device("cpu")))
+    ddp = traffic_module.wrap_model(nn.Linear(8, 4), one_rank_group, cfg, traffic,
                                  observe=observe)
     assert ddp.gradient_as_bucket_view, "gradients are views into the buckets: no copy"
     assert bool(ddp._comm_hooks) == hooked
@@ -123,4 +124,4 @@ def test_ddp_keeps_its_own_all_reduce_unless_a_hook_is_needed(one_rank_group, ho
     ("bf16", 4, True)])
 def test_which_timed_steps_are_observed(hook, world_size, observed):
     cfg = DistributedConfig(backend="gloo", device="cpu", comm_hook=hook)
-    assert distributed.observes_timed_steps(cfg, world_size) is observed
+    assert traffic_module.observes_timed_steps(cfg, world_size) is observed
