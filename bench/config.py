@@ -160,6 +160,9 @@ class ScheduleConfig:
     comm_probe_steps: int = option(10, "after training, time this many steps without "
                                    "gradient sync (no_sync): the difference to the synced "
                                    "steps is the exposed communication time (0: skip)")
+    telemetry: bool = option(True, "sample each GPU through NVML during the timed steps "
+                             "(utilization, power, clocks, temperature, energy)")
+    telemetry_interval: float = option(0.1, "seconds between GPU telemetry samples")
 
     def __post_init__(self) -> None:
         require((self.steps is None) != (self.epochs is None), "steps",
@@ -175,6 +178,7 @@ class ScheduleConfig:
         require_range(self.seed, "seed", 0, 2**32 - 1)
         require_range(self.log_every, "log_every", 0, 10_000_000)
         require_range(self.comm_probe_steps, "comm_probe_steps", 0, 100_000)
+        require_range(self.telemetry_interval, "telemetry_interval", 0.01, 60)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)

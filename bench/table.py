@@ -106,8 +106,49 @@ def natural_order(key: tuple) -> tuple:
     return tuple((0, x, "") if isinstance(x, int | float) else (1, 0, str(x)) for x in key)
 
 
-def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[tuple, list]]:
-    """[(group key, [row, ...])] with rows already formatted as strings."""
+def _telemetry(name: str):
+    def value(rec: dict):
+        figure = (rec.get("telemetry") or {}).get(name)
+        return figure.get("median") if isinstance(figure, dict) else figure
+    return value
+
+
+# Columns `--columns` can add, after the status: header, the value of one record (None:
+# not measured), and its format. Telemetry is null where NVML or a GPU was absent.
+EXTRA_COLUMNS = {
+    "gpu_util": ("GPU util %", _telemetry("gpu_util_pct"), "{:.0f}"),
+    "power": ("power W", _telemetry("power_w"), "{:.0f}"),
+    "sm_clock": ("SM MHz", _telemetry("sm_clock_mhz"), "{:.0f}"),
+    "temperature": ("temp C", _telemetry("temperature_c"), "{:.0f}"),
+    "gpu_memory": ("GPU mem GB", lambda r: (_telemetry("memory_used_bytes")(r) or 0) / 1e9
+                   or None, "{:.1f}"),
+    "energy": ("J/sample", _telemetry("energy_per_sample_j"), "{:.3g}"),
+    "samples_per_watt": ("samples/W", _telemetry("samples_per_watt"), "{:.2f}"),
+    "mfu": ("MFU", lambda r: r.get("mfu"), "{:.1%}"),
+    "peak_memory": ("peak mem GB", lambda r: (r.get("peak_memory_bytes") or 0) / 1e9 or None,
+                    "{:.2f}"),
+}
+
+
+def _extra(cell: list[dict], column: str) -> str:
+    _, value, fmt = EXTRA_COLUMNS[column]
+    found = [v for r in cell if r.get("status") == "ok" and (v := value(r)) is not None]
+    return fmt.format(statistics.median(found)) if found else "n/a"
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    unknown = [c for c in names if c not in EXTRA_COLUMNS]
+    if unknown:
+        raise ConfigError("--columns", ",".join(unknown),
+                          f"choose from {', '.join(EXTRA_COLUMNS)}")
+    return names
+
+
+def group_tables(records: list[dict], group_by: tuple[str, ...],
+                 columns: tuple[str, ...] = ()) -> list[tuple[tuple, list]]:
+    """[(group key, [row, ...])] with rows already formatted as strings; ``columns`` adds
+    EXTRA_COLUMNS after the status."""
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
     for rec in records:
         key = tuple(FIELDS[f](rec) for f in group_by)
@@ -147,7 +188,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...]) -> list[tuple[t
                          cell[0].get("batch_size_per_device", ""), global_batch,
                          _median_range(measured, 1 if higher_better else 2), speedup,
                          efficiency, f"{statistics.median(grads) / 1e6:.1f}" if grads else "",
-                         _status(cell)])
+                         _status(cell), *[_extra(cell, c) for c in columns]])
         note = (f"speedup against {base_topology} ({base_topology.devices} "
                 f"{'processes' if cpu else 'GPUs'}): no 1-device row"
                 if base_topology and base_topology.devices != 1 else "")
@@ -170,12 +211,14 @@ def setup_label(topology: Topology, cpu: bool) -> str:
 
 
 def render(records: list[dict], fmt: str = "markdown",
-           group_by: tuple[str, ...] = DEFAULT_GROUP_BY) -> str:
-    tables = group_tables(records, group_by)
+           group_by: tuple[str, ...] = DEFAULT_GROUP_BY, columns: tuple[str, ...] = ()) -> str:
+    tables = group_tables(records, group_by, columns)
+    extra = [EXTRA_COLUMNS[c][0] for c in columns]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([*group_by, "metric", *[h.format(metric="value") for h in HEADERS]])
+        writer.writerow([*group_by, "metric", *[h.format(metric="value") for h in HEADERS],
+                         *extra])
         for key, rows, metric, _, _ in tables:
             for row in rows:
                 writer.writerow([*key, metric, *row])
@@ -184,7 +227,7 @@ def render(records: list[dict], fmt: str = "markdown",
     for key, rows, metric, cpu, note in tables:
         title = " | ".join(f"{f} {v}" for f, v in zip(group_by, key, strict=True))
         title += f"\n\n{note}" if note else ""
-        headers = [h.format(metric=metric) for h in HEADERS]
+        headers = [h.format(metric=metric) for h in HEADERS] + extra
         if cpu:
             headers = [CPU_HEADERS.get(h, h) for h in headers]
         parts.append(f"{title}\n\n" + tabulate(rows, headers=headers, tablefmt=FORMATS[fmt],
@@ -210,9 +253,12 @@ def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
                         help=f"fields that make one table (from: {', '.join(FIELDS)})")
     parser.add_argument("--where", action="append", default=[],
                         help="keep records with FIELD=VALUE (repeatable)")
+    parser.add_argument("--columns", default="", help="extra columns, comma-separated: "
+                        f"{', '.join(EXTRA_COLUMNS)} (GPU telemetry: n/a where not measured)")
     args = parser.parse_args(argv)
     try:
         group_by, where = parse_group_by(args.group_by), parse_where(args.where)
+        columns = parse_columns(args.columns)
         # Each file must hold a valid record; invalid lines are skipped with a warning.
         loaded = [r for path in args.files for r in record.load(path)]
     except ConfigError as error:
@@ -222,7 +268,7 @@ def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
     if not records:
         print(f"{prog}: no records match", file=sys.stderr)
         return 1
-    print(render(records, args.format, group_by))
+    print(render(records, args.format, group_by, columns))
     links = plot_links(args.files, args.format)
     if links and args.format != "csv":
         print("\nplots:\n" + "\n".join(links))

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from bench import distributed, job, manifest, record, summary
+from bench import distributed, job, manifest, record, summary, telemetry
 from bench.clock import StepClock
 from bench.config import TrainConfig
 from bench.data import build_data
@@ -123,14 +123,25 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         print(f"[bench] {cfg.model.model} on {ctx.world_size} x {ctx.device.type}, global batch "
               f"{samples_per_step} samples/step, {rec['param_count']:,} parameters",
               file=sys.stderr, flush=True)
+    sampler, no_telemetry = telemetry.sampler_for(ctx.device, cfg.schedule.telemetry_interval) \
+        if cfg.schedule.telemetry else (None, "off (--no-telemetry)")
+
+    def timing_starts() -> None:
+        traffic.reset()
+        if sampler:
+            sampler.start()
+
     if cfg.schedule.steps is not None:
         result = run_steps(trainer, data, ctx, cfg.schedule, clock, samples_per_step,
-                           on_timing_start=traffic.reset, observer=traffic)
+                           on_timing_start=timing_starts, observer=traffic)
     else:
         # Evaluate the bare module: eval shards differ in length across ranks, and DDP's
         # forward would wait for peers that have already finished.
+        timing_starts()
         result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step,
                             observer=traffic)
+    if sampler:
+        sampler.stop()
     observed_steps = len(result.step_times)
     if not observed:
         observed_steps = traffic_probe(cfg, ctx, model, optimizer, precision, data, clock,
@@ -147,6 +158,13 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
                                precision=cfg.precision.precision))
     rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))
     rec["bucket_timeline"] = traffic.timeline()
+    summary_here = sampler.summary() if sampler else None
+    summaries = distributed.all_gather_objects(
+        ctx, {"summary": summary_here,
+              "reason": sampler.error if sampler and summary_here is None else no_telemetry})
+    rec["telemetry"] = telemetry.combine(
+        [s["summary"] for s in summaries], [s["reason"] for s in summaries],
+        rec["samples_per_s"], samples_per_step * len(result.step_times))
     rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
 
 

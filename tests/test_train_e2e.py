@@ -38,6 +38,9 @@ def test_synthetic_steps_two_processes(tmp_path):
     assert rec["bucket_timeline"]["steps"] == max(
         train.TRAFFIC_PROBE_STEPS, rec["config"]["schedule"]["comm_probe_steps"])
     assert rec["bucket_timeline"]["stamped_by"] == "host_clock"
+    # No GPU: the telemetry is null with the reason, never a made-up value.
+    assert rec["telemetry"] == {"source": None,
+                                "reason": "not a GPU run: NVML telemetry samples CUDA devices"}
     steps = rec["step_time_s"]
     assert 0 < steps["p50"] <= steps["p90"] <= steps["max"]
     assert rec["timed_steps"] == 4 and len(rec["first_losses"]) == 5  # warm-up + timed
