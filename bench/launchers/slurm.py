@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.launchers import native
 from bench.launchers.base import JobSpec
-from bench.launchers.nodes import TAIL_LINES, JobOutcome, NodeOutcome
+from bench.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome
 from bench.options import ConfigError
 from bench.topology import Topology
 
@@ -234,7 +234,9 @@ class SlurmLauncher:
             return failed_to_start("slurm", f"sbatch refused the job: "
                                    f"{out.stderr.strip()[:300]}")
         slurm_id = out.stdout.strip().split(";")[0]
-        print(f"[slurm] job {job.job_id} is Slurm job {slurm_id}", file=sys.stderr, flush=True)
+        if CONSOLE.echo:  # the matrix's one line per job shows it in the row instead
+            print(f"[slurm] job {job.job_id} is Slurm job {slurm_id}", file=sys.stderr,
+                  flush=True)
         timed_out, state = False, None
         try:
             while not _ended(state := job_state(slurm_id)):
