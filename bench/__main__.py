@@ -10,7 +10,7 @@ VERBS = {
     "allreduce": ("bench.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun-able)"),
     "doctor": ("bench.doctor", "preflight checks of the hosts of a multi-node job"),
     "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
-    "slurm": ("bench.launchers.slurm", "print one job's sbatch script (bench slurm script ...)"),
+    "slurm": ("bench.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
     "table": ("bench.table", "result tables in the layout of a lab's scaling table"),
     "plot": ("bench.plot", "PNG charts of a results file, saved beside it"),
     "report": ("bench.report", "the one-page answer beside a results file: .md and .html"),

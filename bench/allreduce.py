@@ -17,129 +17,36 @@ the ring's traffic: set ``NCCL_ALGO=Ring`` to measure the network (see results/R
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from bench import distributed, job, record
+from bench import distributed, job
+from bench.allreduce_config import (  # noqa: F401  (the sweep's config, re-exported)
+    DEFAULT_MAX_SIZE,
+    DTYPE_BYTES,
+    MAX_MESSAGE_BYTES,
+    PROG,
+    AllreduceConfig,
+    bandwidths,
+    bus_factor,
+    message_sizes,
+    skeleton,
+)
 from bench.clock import make_clock
-from bench.config import (
-    BACKENDS,
-    DEVICES,
-    MAX_TIMEOUT_S,
-    DistributedConfig,
-    OneLineErrorParser,
-    resolve_device,
-)
-from bench.options import (
-    add_flags,
-    checks_environment,
-    from_namespace,
-    option,
-    require,
-    require_range,
-)
-from bench.paths import check_writable_file
-from bench.units import format_size, parse_size
+from bench.config import DistributedConfig
+from bench.units import format_size
 
-PROG = "bench allreduce"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
+assert {k: v.itemsize for k, v in DTYPES.items()} == DTYPE_BYTES  # one list, two worlds
 # The check pattern cycles through 0..PATTERN_PERIOD-1: small integers, whose sums over
 # up to 32 ranks stay exact even in bfloat16 (8 significant bits).
 PATTERN_PERIOD = 8
 MAX_CHECKED_RANKS = 32
-DEFAULT_MAX_SIZE = {"cuda": "512MiB", "cpu": "64MiB"}
-MAX_MESSAGE_BYTES = 16 << 30
-
-
-@dataclasses.dataclass(kw_only=True, slots=True)
-class AllreduceConfig:
-    """The sweep: sizes, iterations, data type, and where the processes talk."""
-
-    min_size: str = option("1KiB", "smallest message (bytes per rank), e.g. 1KiB")
-    max_size: str = option("auto", "largest message; sizes double from --min-size up to it "
-                           "(auto: 512MiB on cuda, 64MiB on cpu)")
-    iters: int = option(20, "timed all-reduces per size")
-    warmup_iters: int = option(5, "untimed all-reduces per size before the timed ones")
-    dtype: str = option("float32", "element type", choices=tuple(DTYPES))
-    check: bool = option(True, "check every size's result against the expected sum")
-    device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
-    backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
-    timeout: float = option(300.0, "seconds a collective may wait for a peer")
-    results: Path = option(Path("results/runs.jsonl"), "JSON-lines file the record is "
-                           "appended to")
-    # Resolved from the strings above by __post_init__.
-    sizes: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        require_range(self.iters, "iters", 1, 1_000_000)
-        require_range(self.warmup_iters, "warmup_iters", 0, 1_000_000)
-        require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
-        if not checks_environment():
-            # Off the node: the device is unknown, so is the default largest size.
-            parse_size(self.min_size, "--min-size")
-            if self.max_size != "auto":
-                parse_size(self.max_size, "--max-size")
-            return
-        check_writable_file(self.results, "--results")
-        self.device, self.backend = resolve_device(self.device, self.backend)
-        if self.max_size == "auto":
-            self.max_size = DEFAULT_MAX_SIZE[self.device]
-        element = DTYPES[self.dtype].itemsize
-        low = parse_size(self.min_size, "--min-size")
-        high = parse_size(self.max_size, "--max-size")
-        require(low >= element, "min_size", self.min_size, f"must hold one {self.dtype} "
-                f"element ({element} bytes)")
-        require(high >= low, "max_size", self.max_size, f"must be at least --min-size "
-                f"({self.min_size})")
-        # Every rank allocates the largest message twice (data and check): 16 GiB bounds it.
-        require(high <= MAX_MESSAGE_BYTES, "max_size", self.max_size, "must be at most 16GiB")
-        self.sizes = message_sizes(low, high)
-
-    @classmethod
-    def from_args(cls, argv: list[str] | None, prog: str = PROG) -> AllreduceConfig:
-        parser = OneLineErrorParser(prog=prog, description=__doc__,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-        add_flags(parser, cls, "all-reduce sweep")
-        return from_namespace(cls, parser.parse_args(argv))
-
-    def to_dict(self) -> dict:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
-
-    def hash(self) -> str:
-        resolved = self.to_dict()
-        resolved.pop("results")
-        return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def message_sizes(low: int, high: int) -> tuple[int, ...]:
-    """Doubling from ``low`` while not above ``high``."""
-    sizes = [low]
-    while sizes[-1] * 2 <= high:
-        sizes.append(sizes[-1] * 2)
-    return tuple(sizes)
-
-
-def bus_factor(world_size: int) -> float:
-    """nccl-tests' all-reduce factor: each rank sends and receives 2(n-1)/n of the data."""
-    return 2 * (world_size - 1) / world_size
-
-
-def bandwidths(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9 bytes per second), as nccl-tests prints them."""
-    algbw = size_bytes / seconds / 1e9
-    return algbw, algbw * bus_factor(world_size)
-
-
 class WrongResult(job.ExpectedFailure):
     """An all-reduce returned a value other than the sum of the ranks' inputs."""
 
@@ -250,14 +157,6 @@ def _row_text(row: dict) -> str:
     return (f"{format_size(row['size_bytes']):>10} {row['count']:>12} "
             f"{row['time_s'] * 1e6:>12.1f} {row['algbw_GBps']:>11.3f} "
             f"{row['busbw_GBps']:>11.3f} {row['busbw_GBps'] * 8:>13.3f} {wrong:>7}")
-
-
-def skeleton(cfg: AllreduceConfig) -> dict:
-    return {"schema_version": record.SCHEMA_VERSION, "run_id": record.new_run_id(),
-            "utc_time": record.utc_now(), "mode": "allreduce", "status": "error",
-            "error": None, "config": cfg.to_dict(), "config_hash": cfg.hash(),
-            "world_size": None, "nnodes": None, "nproc_per_node": None,
-            "backend": cfg.backend, "dtype": cfg.dtype, "sizes": []}
 
 
 def summarize(rows: list[dict]) -> dict:

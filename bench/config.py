@@ -14,8 +14,8 @@ import sys
 import typing
 from pathlib import Path
 
+from bench.catalog import MODEL_NAMES
 from bench.manifest import MANIFEST_NAME
-from bench.models import MODELS
 from bench.options import (
     ConfigError,
     add_flags,
@@ -27,7 +27,6 @@ from bench.options import (
 )
 from bench.paths import check_writable_file
 
-MODEL_NAMES = tuple(MODELS)
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from bench import provenance
-from bench.launchers.nodes import JobOutcome
+from bench.outcome import JobOutcome
 from bench.record import STATUSES
 from bench.topology import Topology
 
@@ -51,16 +51,16 @@ def failure_cause(lines: list[str]) -> tuple[str | None, str]:
 
 def failure_record(cfg, topology: Topology) -> dict:
     """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
-    from bench.allreduce import AllreduceConfig
+    from bench.allreduce_config import AllreduceConfig
 
     if isinstance(cfg, AllreduceConfig):
-        from bench.allreduce import skeleton
+        from bench.allreduce_config import skeleton
 
         rec = skeleton(cfg)
     else:
-        from bench.train import skeleton
+        from bench.record import train_skeleton
 
-        rec = skeleton(cfg)
+        rec = train_skeleton(cfg)
         rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
                                     * cfg.distributed.grad_accum)
     rec.update(world_size=topology.devices, nnodes=topology.nodes,

@@ -77,7 +77,7 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
     except Exception as failure:  # noqa: BLE001 - every failure becomes a record
         rec["status"], rec["error"] = classify(failure), one_line(failure)
         if "env" not in rec:
-            rec["env"] = provenance.collect(ctx, gather=False)
+            rec["env"] = provenance.collect(ctx, gather=False, on_rank=True)
         if not isinstance(failure, ExpectedFailure):
             traceback.print_exc(file=sys.stderr)
     return _finish(prog, rec, results, ctx, ok_text)

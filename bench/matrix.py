@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from bench import gpus, record
-from bench.allreduce import AllreduceConfig
+from bench.allreduce_config import AllreduceConfig
+from bench.catalog import MODEL_NAMES
 from bench.config import (
     BACKENDS,
     COMM_HOOKS,
@@ -37,7 +38,6 @@ from bench.config import (
 from bench.failures import describe_failure, failure_record
 from bench.launchers import LAUNCHERS, JobSpec, Launcher
 from bench.launchers.nodes import CONSOLE
-from bench.models import MODELS
 from bench.options import (
     MAX_PORT,
     MIN_PORT,
@@ -192,7 +192,7 @@ class MatrixConfig:
                 setattr(a, name, default)
         batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
         topologies = parse_list(a.topologies)
-        models = parse_choices(a.models, tuple(MODELS), "--models")
+        models = parse_choices(a.models, MODEL_NAMES, "--models")
         precisions = parse_choices(a.precisions, PRECISIONS, "--precisions")
         backends = parse_choices(a.backends, BACKENDS, "--backends")
         hooks = parse_choices(a.comm_hooks, COMM_HOOKS, "--comm-hooks")

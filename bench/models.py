@@ -1,6 +1,7 @@
 """The networks the trainer can run, and how to count their FLOPs.
 
-``MODELS`` is the one registry: the config's ``--model`` choices come from it.
+``bench.catalog`` is the one list of names (the config's ``--model`` choices); ``MODELS``
+builds each.
 """
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from bench.catalog import MODEL_CHANNELS
 
 
 class DeepWideMLP(nn.Module):
@@ -64,15 +67,19 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
     return build
 
 
-MODELS: dict[str, ModelSpec] = {
-    "resnet18": ModelSpec(3, _torchvision("resnet18")),
-    "resnet50": ModelSpec(3, _torchvision("resnet50")),
-    "resnet152": ModelSpec(3, _torchvision("resnet152")),
-    "vit_b_16": ModelSpec(3, _torchvision("vit_b_16")),
-    "mlp": ModelSpec(1, lambda size, classes, cfg: DeepWideMLP(
-        size * size, cfg.mlp_width, cfg.mlp_depth, classes)),
-    "smallcnn": ModelSpec(1, lambda size, classes, cfg: SmallCNN(1, classes)),
+_BUILDERS: dict[str, Callable[..., nn.Module]] = {
+    "resnet18": _torchvision("resnet18"),
+    "resnet50": _torchvision("resnet50"),
+    "resnet152": _torchvision("resnet152"),
+    "vit_b_16": _torchvision("vit_b_16"),
+    "mlp": lambda size, classes, cfg: DeepWideMLP(size * size, cfg.mlp_width, cfg.mlp_depth,
+                                                  classes),
+    "smallcnn": lambda size, classes, cfg: SmallCNN(1, classes),
 }
+# The catalogue (bench.catalog) names the models and their inputs; this builds them.
+assert set(_BUILDERS) == set(MODEL_CHANNELS), "bench.catalog and bench.models disagree"
+MODELS: dict[str, ModelSpec] = {name: ModelSpec(MODEL_CHANNELS[name], _BUILDERS[name])
+                                for name in MODEL_CHANNELS}
 
 
 def input_shape(cfg) -> tuple[int, int, int]:

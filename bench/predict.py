@@ -49,7 +49,7 @@ import sys
 from pathlib import Path
 
 from bench import record
-from bench.allreduce import bus_factor
+from bench.allreduce_config import bus_factor
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import parse_positive_ints

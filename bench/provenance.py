@@ -1,15 +1,22 @@
-"""Where a number came from: software versions, hardware, nodes, image and git state."""
+"""Where a number came from: software versions, hardware, nodes, image and git state.
+
+Torch is imported only by what a rank calls (``collect`` with a job's context): the head
+builds a failure row's environment (``collect(None)``) without it.
+"""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import socket
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from bench.distributed import DistContext, all_gather_objects
+    from bench.distributed import DistContext
 
 # Environment prefixes whose values change communication behaviour.
 COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
@@ -48,6 +55,8 @@ def cpu_model() -> str:
 
 
 def device_name(device: torch.device) -> str:
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return cpu_model()
@@ -60,6 +69,8 @@ def rank_info(ctx: DistContext) -> dict:
 
 
 def _cuda_versions() -> dict:
+    import torch
+
     if not torch.cuda.is_available():
         return {"cuda": torch.version.cuda, "cudnn": None, "nccl": None, "driver": None}
     nccl = torch.cuda.nccl.version()
@@ -84,19 +95,43 @@ def link() -> dict | None:
             "kind": os.environ.get("BENCH_LINK_KIND", "stated")}
 
 
-def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
+def _installed(package: str) -> str | None:
+    """A package's installed version, read without importing it."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect(ctx: DistContext | None, *, gather: bool = True, on_rank: bool = False) -> dict:
     """The environment block of the record.
 
     With ``gather`` it is a collective (every rank must call it) and lists every rank; the
     failure path calls it without, so a dead peer cannot hang the record of what happened.
+    Without a context (the process group never formed, or the head writes the row of a job
+    that wrote none) nothing imports torch: versions come from the installed packages, and
+    what only a running torch knows (CUDA, cuDNN, NCCL, threads) is null, unless
+    ``on_rank`` says torch is loaded anyway (a rank whose process group did not form).
     """
-    import torchvision
-
-    if ctx is None:  # the process group never formed
+    if ctx is None and not on_rank:  # the head: no torch
         ranks = [{"rank": None, "local_rank": None, "node_rank": None,
                   "hostname": socket.gethostname(), "device": None}]
+        versions = {"torch": _installed("torch"), "torchvision": _installed("torchvision"),
+                    "cuda": None, "cudnn": None, "nccl": None, "driver": None,
+                    "torch_threads": None}
     else:
-        ranks = all_gather_objects(ctx, rank_info(ctx)) if gather else [rank_info(ctx)]
+        import torch
+        import torchvision
+
+        from bench.distributed import all_gather_objects
+
+        if ctx is None:  # the process group never formed
+            ranks = [{"rank": None, "local_rank": None, "node_rank": None,
+                      "hostname": socket.gethostname(), "device": None}]
+        else:
+            ranks = all_gather_objects(ctx, rank_info(ctx)) if gather else [rank_info(ctx)]
+        versions = {"torch": torch.__version__, "torchvision": torchvision.__version__,
+                    **_cuda_versions(), "torch_threads": torch.get_num_threads()}
     commit, dirty = git_state()
     return {
         "git_commit": commit,
@@ -108,13 +143,10 @@ def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
         "nnodes": len({r["node_rank"] for r in ranks}),
         "nproc_per_node": ctx.local_world_size if ctx else None,
         "world_size": ctx.world_size if ctx else None,
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
         "python": platform.python_version(),
-        **_cuda_versions(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        **versions,
         "link": link(),
         "comm_env": {k: v for k, v in sorted(os.environ.items())
                      if k.startswith(COMM_ENV_PREFIXES)},

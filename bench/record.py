@@ -355,3 +355,21 @@ def _jsonschema_validator(jsonschema, root: dict):
     return first_problem
 
 
+def train_skeleton(cfg) -> dict:
+    """The record's fields known before anything runs; topology comes once the job forms."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": new_run_id(),
+        "utc_time": utc_now(),
+        "status": "error",
+        "error": None,
+        "mode": "steps" if cfg.schedule.steps is not None else "epochs",
+        "config_hash": cfg.hash(),
+        "config": cfg.to_dict(),
+        "seed": cfg.schedule.seed,
+        "comm_hook": cfg.distributed.comm_hook,
+        "world_size": None,
+        "batch_size_per_device": cfg.data.batch_size,
+        "global_batch_size": None,
+        "dataset_manifest_sha256": None,
+    }

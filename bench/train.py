@@ -168,29 +168,9 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
 
 
-def skeleton(cfg: TrainConfig) -> dict:
-    """The record's fields known before anything runs; topology comes once the job forms."""
-    return {
-        "schema_version": record.SCHEMA_VERSION,
-        "run_id": record.new_run_id(),
-        "utc_time": record.utc_now(),
-        "status": "error",
-        "error": None,
-        "mode": "steps" if cfg.schedule.steps is not None else "epochs",
-        "config_hash": cfg.hash(),
-        "config": cfg.to_dict(),
-        "seed": cfg.schedule.seed,
-        "comm_hook": cfg.distributed.comm_hook,
-        "world_size": None,
-        "batch_size_per_device": cfg.data.batch_size,
-        "global_batch_size": None,
-        "dataset_manifest_sha256": None,
-    }
-
-
 def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
-    return job.run(PROG, skeleton(cfg), cfg.output.results, cfg.distributed,
+    return job.run(PROG, record.train_skeleton(cfg), cfg.output.results, cfg.distributed,
                    lambda ctx, rec: measure(cfg, ctx, rec),
                    lambda rec: f"{rec['samples_per_s']:.1f} samples/s")
 

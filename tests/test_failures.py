@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bench.failures import NO_RECORD, describe_failure, failure_cause
-from bench.launchers.nodes import JobOutcome, NodeOutcome
+from bench.outcome import JobOutcome, NodeOutcome
 
 TORCHRUN_BANNER = [
     "Traceback (most recent call last):",

@@ -13,8 +13,8 @@ import pytest
 from bench.failures import describe_failure
 from bench.launchers import native, slurm
 from bench.launchers.base import JobSpec
-from bench.launchers.nodes import JobOutcome, NodeOutcome
 from bench.options import ConfigError
+from bench.outcome import JobOutcome, NodeOutcome
 from bench.topology import Topology
 from conftest import REPO
 

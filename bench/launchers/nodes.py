@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import record
+from bench.outcome import JobOutcome, NodeOutcome
 
 TAIL_LINES = 20
 # Lines that say nothing to a user: Compose v1's note on --exit-code-from, and c10d's
@@ -42,41 +43,6 @@ class NodeCommand:
     host: str                  # a label for output and logs: a hostname, or node<rank>
     argv: list[str]
     env: dict[str, str] | None = None
-
-
-@dataclasses.dataclass(slots=True)
-class NodeOutcome:
-    rank: int
-    host: str
-    returncode: int | None
-    last_lines: list[str]
-    output: list[str]          # every line, for the record after the marker
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-
-@dataclasses.dataclass(slots=True)
-class JobOutcome:
-    nodes: list[NodeOutcome]
-    timed_out: bool
-    seconds: float
-    culprit: NodeOutcome | None = None   # the node that failed first (the others were stopped)
-    # A scheduler's own view of the job (Slurm: job id, end state, reason, exit code, nodes).
-    scheduler: dict | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and all(n.ok for n in self.nodes) and \
-            (self.scheduler is None or self.scheduler.get("state") == "COMPLETED")
-
-    def records(self) -> list[dict]:
-        """Records printed after the marker by any node (rank 0 prints them)."""
-        found = []
-        for node in self.nodes:
-            found += record.parse_stdout("\n".join(node.output))
-        return found
 
 
 def _open_log(log_path: Path | None, host: str):

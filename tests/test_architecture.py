@@ -1,0 +1,60 @@
+"""The three worlds, at run time: the host side, the analysis and the shared core import
+(and run their verbs) with torch made unimportable. `make lint` checks the same statically
+(lint-imports, pyproject.toml); this proves it where it matters, in a running process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+HOST_AND_ANALYSIS = [
+    "matrix", "launchers", "launchers.native", "launchers.compose", "launchers.ssh",
+    "launchers.netns", "launchers.slurm", "doctor", "settings", "netlab", "dataset",
+    "contract", "gpus", "slurm_script", "table", "plot", "compare", "predict", "report",
+    "config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
+    "allreduce_config", "failures", "outcome", "provenance", "devices", "manifest"]
+# Run first in every process below: any `import torch` then raises ImportError.
+NO_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['torchvision'] = None; "
+
+
+@pytest.mark.parametrize("module", HOST_AND_ANALYSIS)
+def test_imports_without_torch(module):
+    out = subprocess.run([sys.executable, "-c", NO_TORCH + f"import bench.{module}"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-1500:]
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    code = NO_TORCH + f"from bench.__main__ import main; sys.exit(main({list(args)!r}))"
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True)
+
+
+def test_host_verbs_run_without_torch(tmp_path):
+    results = REPO / "results" / "reference" / "gpu-h100" / "trainer.jsonl"
+    assert _bench("table", str(results)).returncode == 0
+    assert _bench("predict", str(results), "--link", "10gbit", "--nodes", "2").returncode == 0
+    dry = _bench("matrix", "--launcher", "slurm", "--topologies", "2x1", "--dry-run",
+                 "--results", str(tmp_path / "r.jsonl"), "--", "--steps", "2")
+    assert dry.returncode == 0 and "#SBATCH --nodes=2" in dry.stdout, dry.stderr[-1500:]
+    assert _bench("slurm", "script", "--topologies", "2x1", "--", "--steps", "2") \
+        .returncode == 0
+
+
+def test_the_head_writes_a_failure_row_without_torch(tmp_path):
+    """A job no node recorded: the head builds its row (config, topology, environment)."""
+    code = NO_TORCH + (
+        "import json\nfrom bench.config import TrainConfig\nfrom bench.options import on_head\n"
+        "from bench.failures import failure_record\nfrom bench.topology import Topology\n"
+        "with on_head():\n    cfg = TrainConfig.from_args(['--steps', '2'])\n"
+        "print(json.dumps(failure_record(cfg, Topology(2, 1))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-1500:]
+    row = json.loads(out.stdout)
+    assert row["nnodes"] == 2 and row["status"] == "error"
+    assert row["env"]["torch"], "the installed torch's version, read without importing it"
