@@ -108,21 +108,21 @@ fi
 endef
 
 # --- images --------------------------------------------------------------------------------
-wheels: ## download the GPU image's wheels on the host (TORCH_FLAVOUR=default|cu126|cu128...)
-	scripts/download-wheels.sh ".wheels/py$$MK_CUDA_BASE_PYTHON-$$MK_TORCH_FLAVOUR" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
+wheels: venv ## download the GPU image's wheels on the host (TORCH_FLAVOUR: see docker/cuda-flavours.tsv)
+	PYTHON="$$MK_VENV/bin/python" scripts/download-wheels.sh ".wheels/py$$MK_CUDA_BASE_PYTHON-$$MK_TORCH_FLAVOUR" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
 
-wheels-cpu: ## download the CPU image's wheels on the host
-	scripts/download-wheels.sh ".wheels/py$$MK_CPU_BASE_PYTHON-default" "$$MK_CPU_BASE_PYTHON" default
+wheels-cpu: venv ## download the CPU image's wheels on the host
+	PYTHON="$$MK_VENV/bin/python" scripts/download-wheels.sh ".wheels/py$$MK_CPU_BASE_PYTHON-default" "$$MK_CPU_BASE_PYTHON" default
 
 base-image: docker ## build the local Debian base image (for sites without a registry)
 	scripts/make-base-image.sh "$$MK_LOCAL_BASE_IMAGE"
 
-build: docker ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR: default, cu130, cu126)
+build: docker venv ## build the GPU trainer image (IMAGE, TORCH_FLAVOUR: default, cu130, cu126)
 	@[ -n "$$MK_CUDA_BASE_IMAGE" ] || { echo "build: TORCH_FLAVOUR=$$MK_TORCH_FLAVOUR: not in docker/cuda-flavours.tsv: choose default, cu130 or cu126, or give its CUDA_BASE_IMAGE too" >&2; exit 2; }
-	scripts/build-image.sh trainer "$$MK_IMAGE" "$$MK_CUDA_BASE_IMAGE" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
+	PYTHON="$$MK_VENV/bin/python" scripts/build-image.sh trainer "$$MK_IMAGE" "$$MK_CUDA_BASE_IMAGE" "$$MK_CUDA_BASE_PYTHON" "$$MK_TORCH_FLAVOUR"
 
-build-cpu: docker ## build the CPU trainer image (CPU_IMAGE) from the same Dockerfile
-	scripts/build-image.sh trainer "$$MK_CPU_IMAGE" "$$MK_CPU_BASE_IMAGE" "$$MK_CPU_BASE_PYTHON" default
+build-cpu: docker venv ## build the CPU trainer image (CPU_IMAGE) from the same Dockerfile
+	PYTHON="$$MK_VENV/bin/python" scripts/build-image.sh trainer "$$MK_CPU_IMAGE" "$$MK_CPU_BASE_IMAGE" "$$MK_CPU_BASE_PYTHON" default
 
 build-nfs: docker ## build the NFS server image (NFS_IMAGE)
 	scripts/build-image.sh nfs "$$MK_NFS_IMAGE" "$$MK_NFS_BASE_IMAGE"

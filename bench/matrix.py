@@ -174,8 +174,9 @@ class MatrixConfig:
         p.add_argument("--env-file", type=Path, help="compose: the node settings file")
         p.add_argument("--verbose", action="store_true", help="echo every node's output "
                        "(default: one line per job; the output is in each job's logs)")
-        p.add_argument("--profile", choices=("cpu", "gpu"), help="compose: the trainer "
-                       "service (default: gpu where nvidia-smi lists a GPU, else cpu)")
+        p.add_argument("--profile", choices=("cpu", "gpu", "gpu-ib"), help="compose: the "
+                       "trainer service (default: gpu where nvidia-smi lists a GPU, else cpu; "
+                       "gpu-ib: with InfiniBand/RoCE devices)")
         a = p.parse_args(own)
         for flag, dimension in DIMENSION_FLAGS.items():
             if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
@@ -269,7 +270,7 @@ class MatrixConfig:
         if a.launcher in ("native", "compose"):
             # Every node of a job here shares this host's GPUs: each needs its own.
             for cell in cells:
-                on_gpus = profile == "gpu" if a.launcher == "compose" \
+                on_gpus = profile.startswith("gpu") if a.launcher == "compose" \
                     else gpus.wants_gpus(cell.trainer_args(trainer_args), list(visible))
                 if on_gpus and visible:
                     gpus.assign(cell.topology, list(visible))

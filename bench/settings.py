@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.config import MAX_TIMEOUT_S, OneLineErrorParser
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, finite_float
 
-PROFILES = ("cpu", "gpu", "nfs")
+PROFILES = ("cpu", "gpu", "gpu-ib", "nfs")
 NFS_PORT = 2049
 COMPOSE_DIR = Path(__file__).resolve().parent.parent / "compose"
 # Bounds on the job's shape: more is a typo, not a cluster this stack will meet.

@@ -21,7 +21,7 @@ image_ref='^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$'
 [[ $tag =~ $image_ref ]] || bad TAG "$tag" "an image reference such as bench-trainer:cpu"
 [[ $base =~ $image_ref ]] || bad BASE_IMAGE "$base" "an image reference such as debian:bookworm-slim"
 [ "$kind" != trainer ] || [[ $pyver =~ ^3\.[0-9]{1,2}$ ]] || bad BASE_PYTHON "$pyver" "a version such as 3.11"
-[[ $flavour =~ ^[a-z0-9][a-z0-9.]{0,31}$ ]] || bad TORCH_FLAVOUR "$flavour" "default, or a PyTorch index name such as cu126, cu128, cpu"
+[[ $flavour =~ ^[a-z0-9][a-z0-9.]{0,31}$ ]] || bad TORCH_FLAVOUR "$flavour" "default, or a PyTorch index name such as cu126 or cpu (docker/cuda-flavours.tsv)"
 
 if docker image inspect "$base" >/dev/null 2>&1; then
   :

@@ -5,18 +5,23 @@
 #   scripts/download-wheels.sh DIR PYTHON_VERSION [TORCH_FLAVOUR]
 #
 # PYTHON_VERSION is the image's Python (3.11 for Debian bookworm, 3.12 for Ubuntu 24.04).
-# TORCH_FLAVOUR: default (PyPI's build: CUDA 13.0 for torch 2.14) or a PyTorch index name
-# such as cu126, cu128 or cpu (see docker/README.md for the driver each needs).
+# TORCH_FLAVOUR: a flavour of docker/cuda-flavours.tsv (default: PyPI's build, CUDA 13.0
+# for torch 2.14; cu126 for older drivers), or cpu.
+#
+# pip is the project venv's (`make venv` creates it, installing python3-venv where it is
+# missing): a fresh server image often has no pip for its system python3.
 set -euo pipefail
 DIR=${1:-}; PYVER=${2:-}; FLAVOUR=${3:-default}
-PYTHON=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-$here/.venv/bin/python}
 say() { printf 'wheels: %s\n' "$*" >&2; }
 # Checked before pip sees them: FLAVOUR goes into an index URL, PYVER into --python-version.
 bad() { say "error: $1=${2@Q}: $3"; exit 2; }
 [ -n "$DIR" ] && [ "${DIR#-}" = "$DIR" ] || bad DIR "$DIR" "a directory for the wheels, e.g. .wheels/py3.11-default"
 [[ $PYVER =~ ^3\.[0-9]{1,2}$ ]] || bad PYTHON_VERSION "$PYVER" "a version such as 3.11"
-[[ $FLAVOUR =~ ^[a-z0-9][a-z0-9.]{0,31}$ ]] || bad TORCH_FLAVOUR "$FLAVOUR" "default, or a PyTorch index name such as cu126, cu128, cpu"
+flavours=$(awk -F'\t' '!/^#/ && NF >= 4 {printf "%s ", $1}' "$here/docker/cuda-flavours.tsv")
+case " $flavours cpu " in *" $FLAVOUR "*) ;; *) bad TORCH_FLAVOUR "$FLAVOUR" "one of: ${flavours}cpu (docker/cuda-flavours.tsv)";; esac
+[ -x "$PYTHON" ] || bad PYTHON "$PYTHON" "no such interpreter: run \`make venv\` first (it brings its own pip)"
 
 args=(download --quiet --disable-pip-version-check -d "$DIR" -r "$here/requirements.txt" --only-binary=:all:)
 if [ "$FLAVOUR" != default ]; then

@@ -98,7 +98,7 @@ def test_good_numbers_pass():
 
 
 def test_unknown_profile():
-    with pytest.raises(ConfigError, match="PROFILE=tpu: one of cpu, gpu, nfs"):
+    with pytest.raises(ConfigError, match="PROFILE=tpu: one of cpu, gpu, gpu-ib, nfs"):
         settings("tpu")
 
 

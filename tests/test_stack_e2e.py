@@ -26,7 +26,7 @@ def compose(cmd: list[str], args: list[str], env: dict | None = None, **kwargs):
                           env={**os.environ, **(env or {})}, **kwargs)
 
 
-@pytest.mark.parametrize("profile", ["nfs", "gpu", "cpu"])
+@pytest.mark.parametrize("profile", ["nfs", "gpu", "gpu-ib", "cpu"])
 def test_compose_config_is_valid_for_every_profile(compose_variant, profile):
     result = compose(compose_variant["COMPOSE"].split(), ["--profile", profile, "config", "-q"],
                      env={"BENCH_ENV_FILE": str(EXAMPLE_ENV)})

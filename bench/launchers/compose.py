@@ -20,7 +20,8 @@ from bench.topology import Topology
 
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
-SERVICES = {"cpu": ("trainer-cpu", "CPU_IMAGE"), "gpu": ("trainer", "IMAGE")}
+SERVICES = {"cpu": ("trainer-cpu", "CPU_IMAGE"), "gpu": ("trainer", "IMAGE"),
+            "gpu-ib": ("trainer-ib", "IMAGE")}
 
 
 def image_identity(image: str) -> tuple[str, str]:
@@ -146,7 +147,7 @@ class ComposeLauncher:
             master_port=job.master_port, deadline_s=job.deadline_s, module=job.module,
             rdzv_timeout=job.rdzv_timeout,
             gpus_per_node=gpus.assign(job.topology, list(options.visible_gpus))
-            if options.profile == "gpu" and options.visible_gpus else None)
+            if options.profile.startswith("gpu") and options.visible_gpus else None)
 
     def render(self, job: JobSpec) -> str:
         compose_job = self.job(job)
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
         node = NodeSettings.parse(values, args.profile)
         check_data_volume(node, timeout=5)
         visible = gpus.visible_gpus()
-        simulated = None if args.only_this_node or args.profile != "gpu" or not visible \
+        on_gpus = args.profile.startswith("gpu") and bool(visible)
+        simulated = None if args.only_this_node or not on_gpus \
             else gpus.assign(Topology(node.nnodes, node.nproc_per_node), visible)
         job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=node.nnodes,
                          nproc_per_node=node.nproc_per_node, trainer_args=trainer_args,

@@ -1,0 +1,48 @@
+"""The InfiniBand/RoCE variant of the GPU trainer (profile gpu-ib), as Compose v1 and v2
+render it: the HCAs and IPC_LOCK there, and nowhere else; IB is not disabled by default."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import EXAMPLE_ENV, REPO
+
+pytestmark = pytest.mark.e2e
+COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
+
+
+def _rendered(compose_variant, profile: str) -> dict:
+    out = subprocess.run([*compose_variant["COMPOSE"].split(), "-f", str(COMPOSE_FILE),
+                          "--env-file", str(EXAMPLE_ENV), "--profile", profile, "config"],
+                         cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "BENCH_ENV_FILE": str(EXAMPLE_ENV)})
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)["services"]
+
+
+def test_the_ib_variant_adds_the_hcas_and_memory_locking(compose_variant):
+    ib = _rendered(compose_variant, "gpu-ib")["trainer-ib"]
+    devices = [d if isinstance(d, str) else f"{d['source']}:{d['target']}"
+               for d in ib["devices"]]
+    assert any(d.startswith("/dev/infiniband:/dev/infiniband") for d in devices)
+    assert ib["cap_add"] == ["IPC_LOCK"]
+    # Everything else is the GPU trainer's: GPUs, host networking, memlock.
+    assert ib["network_mode"] == "host"
+    assert ib["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert ib["environment"]["BENCH_MODULE"] == "bench.train"
+
+
+@pytest.mark.parametrize("profile, service", [("gpu", "trainer"), ("cpu", "trainer-cpu")])
+def test_other_trainers_get_no_rdma_rights(compose_variant, profile, service):
+    rendered = _rendered(compose_variant, profile)[service]
+    assert "devices" not in rendered and "cap_add" not in rendered
+
+
+def test_infiniband_is_not_disabled_by_default():
+    settings = {line.split("=", 1)[0] for line in EXAMPLE_ENV.read_text().splitlines()
+                if line and not line.startswith("#") and "=" in line}
+    assert "NCCL_IB_DISABLE" not in settings
+    assert "#NCCL_IB_HCA=" in EXAMPLE_ENV.read_text()
