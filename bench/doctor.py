@@ -6,7 +6,10 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
   ssh        passwordless, non-interactive SSH with a known host key
   docker     the Docker engine answers and Compose is installed
   image      the trainer image is there; its id and torch/CUDA/NCCL versions agree across hosts
-  gpu        the GPUs are visible inside the image (WARN on a host without NVIDIA driver)
+  gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), and
+             torch inside the image, run with the GPUs attached, sees CUDA and at least
+             --gpus-per-node devices (WARN on a host without NVIDIA driver); its NCCL
+             version joins the image comparison
   interface  the interface routing to MASTER_ADDR exists and matches NCCL/GLOO_SOCKET_IFNAME
   rendezvous MASTER_PORT on the first host is reachable from this host
   shm        /dev/shm is at least 1 GiB (the trainer containers share the host's: ipc host)
@@ -21,12 +24,17 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
 
 Every host is a strict host name (``bench.topology.parse_hosts``) and every ssh call ends
 ssh's options with ``--`` before the host, so no host can become an ssh option.
+
+``python -m bench doctor --slurm [--partition P]`` checks a Slurm cluster instead: the
+controller answers, the partition exists, its nodes' states, munge, and that every node
+runs the same venv (or, with --runtime compose, the same image) through srun.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import ipaddress
+import json
 import re
 import shlex
 import socket
@@ -37,13 +45,13 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from bench.checks import FAIL, PASS, WARN, Row
 from bench.config import OneLineErrorParser
 from bench.launchers.ssh import ssh_argv, ssh_base
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
 from bench.settings import read_env_file
 from bench.topology import host_address, parse_hosts, shown
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 SHM_MINIMUM = 1 << 30
 SSH_PROBE_S = 30          # the first contact: a host that does not answer in 30 s is down
 MAX_CHECK_TIMEOUT_S = 3600
@@ -57,21 +65,59 @@ EXPOSED = ("the c10d store and NCCL/gloo have no authentication and exchange pic
 VERSIONS = ("import torch; nccl = torch.cuda.nccl.version() if "
             "torch.cuda.is_available() else None; print(torch.__version__, torch.version.cuda, "
             "nccl)")
+# Run in the image with the GPUs attached: what torch itself can use, and its versions.
+GPU_PROBE = ("import json, torch; ok = torch.cuda.is_available(); print(json.dumps({"
+             "'available': ok, 'count': torch.cuda.device_count() if ok else 0, "
+             "'torch': torch.__version__, 'cuda': torch.version.cuda, 'nccl': "
+             "'.'.join(map(str, torch.cuda.nccl.version())) if ok else None}))")
+FLAVOURS = Path(__file__).resolve().parent.parent / "docker" / "cuda-flavours.tsv"
 
 
-@dataclasses.dataclass(slots=True)
-class Row:
-    host: str
-    check: str
-    result: str
-    detail: str
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flavour:
+    """A row of docker/cuda-flavours.tsv: the torch wheels' CUDA line and its driver floor."""
+
+    name: str
+    cuda: str
+    min_driver: int
+
+
+def flavours(table: Path = FLAVOURS) -> dict[str, Flavour]:
+    rows = {}
+    for line in table.read_text().splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) < 4:
+            continue
+        rows[fields[0]] = Flavour(fields[0], fields[1], int(fields[2]))
+    return rows
+
+
+def flavour_for_driver(major: int, table: dict[str, Flavour]) -> Flavour | None:
+    """The newest CUDA line a driver runs (``default`` is an alias, never named)."""
+    fits = [f for f in table.values() if f.name != "default" and f.min_driver <= major]
+    return max(fits, key=lambda f: tuple(int(x) for x in f.cuda.split(".")), default=None)
+
+
+def driver_advice(driver: str, flavour: Flavour, table: dict[str, Flavour]) -> str:
+    """What to do when ``driver`` is below ``flavour``'s floor: the exact build line of a
+    flavour it does run, as scripts/check-gpu.sh prints it."""
+    major = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else 0
+    works = flavour_for_driver(major, table)
+    text = (f"driver {driver} is older than {flavour.min_driver}, the minimum for "
+            f"TORCH_FLAVOUR={flavour.name} (CUDA {flavour.cuda}). Update the driver")
+    if works is None:
+        return text + f" to {flavour.min_driver} or newer (no flavour runs on it)"
+    return text + (f", or build for this one: make build TORCH_FLAVOUR={works.name} (then "
+                   f"pass TORCH_FLAVOUR={works.name} to the bench targets too)")
 
 
 class Doctor:
     def __init__(self, hosts: list[str], image: str, settings: dict[str, str],
                  ssh_config: Path | None, dataset: str, master_port: int,
-                 timeout: float = 300):
+                 timeout: float = 300, flavour: str = "default", gpus_per_node: int = 1):
         self.hosts, self.image, self.settings = hosts, image, settings
+        self.table = flavours()
+        self.flavour, self.gpus_per_node = self.table[flavour], gpus_per_node
         self.ssh = ssh_base(ssh_config)
         self.dataset, self.master_port, self.timeout = dataset, master_port, timeout
         self.master = host_address(hosts[0])  # MASTER_ADDR: the first host, without user@
@@ -105,7 +151,9 @@ class Doctor:
             self.check_docker(host)
             images[host] = self.check_image(host)
             if images[host]:
-                self.check_gpu(host)
+                with_gpus = self.check_gpu(host)
+                if with_gpus:  # the NCCL version only shows with the GPUs attached
+                    images[host] = (images[host][0], with_gpus)
                 self.check_dataset(host)
             devices = self.check_interface(host)
             self.check_exposure(host, devices)
@@ -157,17 +205,51 @@ class Doctor:
                 self.add(host, "image", FAIL, f"differs across hosts: {image_id[:19]} "
                          f"({versions}); build or load the same image everywhere")
 
-    def check_gpu(self, host: str) -> None:
-        if self.run(host, "command -v nvidia-smi >/dev/null && nvidia-smi -L").returncode:
+    def check_gpu(self, host: str) -> str | None:
+        """The GPU checks; returns torch/CUDA/NCCL as torch sees them with the GPUs attached
+        (None where that could not be read)."""
+        smi = self.run(host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+        if smi.returncode != 0:
             self.add(host, "gpu", WARN, "no NVIDIA driver: a CPU host (gloo only)")
-            return
-        out = self.run(host, f"docker run --rm --gpus all --entrypoint nvidia-smi "
-                       f"{shlex.quote(self.image)} -L", timeout=300)
-        if out.returncode == 0 and "GPU" in out.stdout:
-            self.add(host, "gpu", PASS, f"{out.stdout.count('GPU ')} GPU(s) visible in the image")
+            return None
+        driver = (smi.stdout.strip().splitlines() or ["?"])[0].strip()
+        major = driver.split(".")[0]
+        if not major.isdigit() or int(major) < self.flavour.min_driver:
+            self.add(host, "gpu", FAIL, driver_advice(driver, self.flavour, self.table))
+            return None
+        out = self.run(host, f"docker run --rm --gpus all --entrypoint python3 "
+                       f"{shlex.quote(self.image)} -c {shlex.quote(GPU_PROBE)}", timeout=300)
+        said = (out.stdout + out.stderr).strip()
+        if out.returncode != 0:
+            if "unsatisfied condition: cuda>=" in said:
+                self.add(host, "gpu", FAIL, "the image refuses this driver: "
+                         + driver_advice(driver, self.flavour, self.table))
+            elif "could not select device driver" in said or "unknown runtime" in said:
+                self.add(host, "gpu", FAIL, "Docker cannot give containers the GPUs: install "
+                         "nvidia-container-toolkit (scripts/install-host.sh gpu), restart Docker")
+            else:
+                self.add(host, "gpu", FAIL, f"the GPU probe failed in the image: "
+                         f"{(said.splitlines() or ['no output'])[-1][:160]}")
+            return None
+        try:
+            found = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.add(host, "gpu", FAIL, f"unreadable GPU probe output: {said[:120]}")
+            return None
+        versions = f"{found['torch']} {found['cuda']} {found['nccl']}"
+        if not found["available"]:
+            self.add(host, "gpu", FAIL, f"torch {found['torch']} (CUDA {found['cuda']}) in the "
+                     f"image sees no GPU with driver {driver}: check the driver against "
+                     f"docker/cuda-flavours.tsv and the container toolkit")
+        elif found["count"] < self.gpus_per_node:
+            self.add(host, "gpu", FAIL, f"{found['count']} GPU(s) visible to torch, "
+                     f"--gpus-per-node {self.gpus_per_node} needed")
         else:
-            self.add(host, "gpu", FAIL, "GPUs not visible in the container: install "
-                     "nvidia-container-toolkit (scripts/install-host.sh gpu), restart Docker")
+            self.add(host, "gpu", PASS, f"{found['count']} GPU(s) usable by torch "
+                     f"{found['torch']}, CUDA {found['cuda']}, NCCL {found['nccl']}; driver "
+                     f"{driver} >= {self.flavour.min_driver} (TORCH_FLAVOUR="
+                     f"{self.flavour.name})")
+        return versions
 
     def check_interface(self, host: str) -> list[str]:
         """The interface checks; returns the interfaces NCCL/gloo will use on ``host``."""
@@ -353,7 +435,19 @@ def _ssh_fix(stderr: str, host: str) -> str:
 def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", required=True, help="host1,host2[,...]: the first leads")
+    parser.add_argument("--hosts", help="host1,host2[,...]: the first leads")
+    parser.add_argument("--slurm", action="store_true", help="check the Slurm cluster "
+                        "(controller, partition, nodes, munge, same venv or image) instead")
+    parser.add_argument("--partition", help="--slurm: the partition (default: the cluster's)")
+    parser.add_argument("--runtime", choices=("native", "compose"), default="native",
+                        help="--slurm: what the jobs run: the venv on shared storage or the "
+                        "image")
+    parser.add_argument("--remote-dir", help="--slurm: this checkout's path on the nodes")
+    parser.add_argument("--torch-flavour", default="default",
+                        help="the image's TORCH_FLAVOUR, whose minimum driver the GPU hosts "
+                        "need (docker/cuda-flavours.tsv)")
+    parser.add_argument("--gpus-per-node", type=int, default=1,
+                        help="GPUs torch must see on each GPU host (default: 1)")
     parser.add_argument("--image", default="bench-trainer:cuda", help="the trainer image")
     parser.add_argument("--env-file", type=Path, help="node settings (NCCL/GLOO interface, "
                         "dataset volume); default compose/.env, else compose/.env.example")
@@ -368,9 +462,19 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
     env_file = args.env_file or next((p for p in (compose_dir / ".env",
                                                   compose_dir / ".env.example") if p.is_file()),
                                      compose_dir / ".env")
+    if args.slurm:
+        return _slurm_main(args, prog)
     try:
+        if not args.hosts:
+            raise ConfigError("--hosts", "''", "name the hosts (host1,host2), or check a "
+                              "Slurm cluster with --slurm")
         hosts = parse_hosts(args.hosts, "--hosts")
         check_image(args.image, "--image")
+        if args.torch_flavour not in flavours():
+            raise ConfigError("--torch-flavour", shown(args.torch_flavour),
+                              f"one of {', '.join(flavours())} (docker/cuda-flavours.tsv)")
+        if not 0 <= args.gpus_per_node <= 64:
+            raise ConfigError("--gpus-per-node", args.gpus_per_node, "must be 0 to 64")
         if not _DATASET.fullmatch(args.dataset) or args.dataset in (".", ".."):
             raise ConfigError("--dataset", shown(args.dataset), "one plain directory name "
                               "(letters, digits, _ . + -; not starting with . or -), e.g. "
@@ -389,8 +493,36 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     doctor = Doctor(hosts, args.image, settings, args.ssh_config, args.dataset, master_port,
-                    timeout=args.timeout)
-    rows = doctor.check_all()
+                    timeout=args.timeout, flavour=args.torch_flavour,
+                    gpus_per_node=args.gpus_per_node)
+    return _report(doctor.check_all(), prog)
+
+
+def _slurm_main(args: argparse.Namespace, prog: str) -> int:
+    from bench import doctor_slurm
+    from bench.launchers.slurm import SlurmOptions
+
+    try:
+        if args.hosts:
+            raise ConfigError("--hosts", shown(args.hosts), "--slurm checks the cluster's own "
+                              "nodes: leave --hosts out")
+        # The same checks as the launcher's: a partition name or directory no job could use
+        # is refused before any command runs.
+        SlurmOptions(partition=args.partition, runtime=args.runtime, remote_dir=args.remote_dir,
+                     image=args.image if args.runtime == "compose" else None)
+        if args.runtime == "compose":
+            check_image(args.image, "--image")
+        if not 0 < args.timeout <= MAX_CHECK_TIMEOUT_S:
+            raise ConfigError("--timeout", shown(args.timeout), "must be a number of seconds "
+                              f"in (0, {MAX_CHECK_TIMEOUT_S}]")
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return _report(doctor_slurm.check(args.partition, args.runtime, args.image,
+                                      args.remote_dir, timeout=args.timeout), prog)
+
+
+def _report(rows: list[Row], prog: str) -> int:
     print(tabulate([dataclasses.astuple(r) for r in rows],
                    headers=["host", "check", "result", "detail / fix"], tablefmt="github"))
     for row in rows:

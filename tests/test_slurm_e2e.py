@@ -109,3 +109,20 @@ def test_make_bench_slurm_runs_the_matrix(slurm, tmp_path):
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["nnodes"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
     assert "speedup" in proc.stdout + proc.stderr
+
+
+def test_doctor_checks_the_cluster(slurm):
+    ok = subprocess.run([sys.executable, "-m", "bench", "doctor", "--slurm"], cwd=REPO,
+                        env=slurm, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    for check in ("controller", "partition", "nodes", "munge", "same"):
+        assert f"| {check}" in ok.stdout
+    assert "0 FAIL" in ok.stderr and "node1 idle" in ok.stdout and "node2 idle" in ok.stdout
+    missing = subprocess.run([sys.executable, "-m", "bench", "doctor", "--slurm",
+                              "--partition", "nope"], cwd=REPO, env=slurm,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "no partition nope" in missing.stdout
+    hostile = subprocess.run([sys.executable, "-m", "bench", "doctor", "--slurm",
+                              "--partition", "-x;id"], cwd=REPO, env=slurm,
+                             capture_output=True, text=True, timeout=60)
+    assert hostile.returncode == 2 and "--partition" in hostile.stderr
