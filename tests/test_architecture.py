@@ -14,7 +14,8 @@ from conftest import REPO
 HOST_AND_ANALYSIS = [
     "matrix", "launchers", "launchers.native", "launchers.compose", "launchers.ssh",
     "launchers.netns", "launchers.slurm", "doctor", "settings", "netlab", "dataset",
-    "contract", "gpus", "slurm_script", "table", "plot", "compare", "predict", "report",
+    "contract", "gpus", "slurm_script", "table", "plot", "compare", "predict",
+    "prediction", "report", "doctor_slurm", "checks",
     "config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
     "allreduce_config", "failures", "outcome", "provenance", "devices", "manifest"]
 # Run first in every process below: any `import torch` then raises ImportError.

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.predict import Link, Timeline, levers, predict_step, scaling
+from bench.prediction import Link, Timeline, levers, predict_step, scaling
 from tests.conftest import REPO
 
 GBIT = Link.nominal(1_000_000_000)          # 125e6 bytes/s, no latency
