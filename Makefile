@@ -22,7 +22,7 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS MODE \
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
-  SLURM_RUNTIME
+  SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -75,7 +75,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm doctor table plot report node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -318,6 +318,26 @@ bench-slurm: venv ## the matrix as Slurm jobs: PARTITION, NODES_PER_JOB, GPUS_PE
 	[ "$$MK_SLURM_RUNTIME" != compose ] || launcher+=(--image "$$MK_IMAGE" --env-file "$$BENCH_ENV_FILE"); \
 	if [ "$$MK_GPUS_PER_NODE" = 0 ]; then workload_extra=(--device cpu); else workload_extra=(--device cuda); fi; \
 	$(matrix_run)
+
+# The multi-GPU study's result: the deep & wide MLP does not fit one device, nor two under
+# DDP (every rank holds the whole model), and fits two when FSDP shards it. Each rank may
+# allocate MEMORY_CAP beyond what it holds once torch is up (a smaller machine, on CPU);
+# on GPUs, CUDA's own out-of-memory does the same. OOM rows are the expected outcome here.
+bench-oom: MLP_WIDTH ?= 2048
+bench-oom: MLP_DEPTH ?= 8
+bench-oom: MEMORY_CAP ?= 300MiB
+bench-oom: BATCH_SIZES ?= 8
+bench-oom: STEPS ?= 5
+bench-oom: RESULTS ?= results/oom-$(RUN_TAG).jsonl
+bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2 ddp (oom), 1x2 fsdp (ok)
+	@for run in "1x1,1x2 ddp" "1x2 fsdp"; do read -r topologies strategy <<< "$$run"; \
+	  $(PY) -m bench matrix --models mlp --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$topologies" \
+	    --strategies "$$strategy" --repeats 1 --results "$$MK_RESULTS" -- --device cpu \
+	    --mlp-width "$$MK_MLP_WIDTH" --mlp-depth "$$MK_MLP_DEPTH" --memory-cap "$$MK_MEMORY_CAP" \
+	    --steps "$$MK_STEPS" --warmup-steps 1 --comm-probe-steps 0; \
+	  rc=$$?; [ $$rc != 2 ] || exit 2; done; \
+	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
+	echo "results: $$MK_RESULTS"
 
 doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU, interface, ports, shm, data, clocks
 	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }

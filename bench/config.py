@@ -26,6 +26,7 @@ from bench.options import (
     require_range,
 )
 from bench.paths import check_writable_file
+from bench.units import parse_size
 
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -213,6 +214,9 @@ def compile_toolchain_missing() -> list[str]:
     return missing
 
 
+STRATEGIES = ("ddp", "fsdp")
+
+
 @dataclasses.dataclass(kw_only=True, slots=True)
 class DistributedConfig:
     """Process group and DistributedDataParallel settings."""
@@ -233,8 +237,25 @@ class DistributedConfig:
                                 "closer to the true gradient)")
     powersgd_warmup: int = option(10, "PowerSGD: steps of plain all-reduce before compression "
                                   "starts (torch's start_powerSGD_iter)")
+    strategy: str = option("ddp", "data parallelism: ddp (every rank holds the whole model) "
+                           "or fsdp (FSDP2 fully_shard: parameters, gradients and optimizer "
+                           "state sharded across ranks)", choices=STRATEGIES)
+    memory_cap: str | None = option(None, "host memory each rank may allocate beyond what it "
+                                    "holds once torch and the process group are up, e.g. "
+                                    "2GiB: more is an out-of-memory (status oom), as on a "
+                                    "smaller machine (RLIMIT_DATA)")
 
     def __post_init__(self) -> None:
+        require(self.strategy in STRATEGIES, "strategy", self.strategy,
+                f"one of {', '.join(STRATEGIES)}")
+        if self.strategy == "fsdp":
+            require(self.comm_hook == "none", "comm_hook", self.comm_hook,
+                    "comm hooks are DDP's: use --comm-hook none with --strategy fsdp")
+            require(not self.static_graph, "static_graph", True, "is a DDP setting: leave it "
+                    "out with --strategy fsdp")
+        if self.memory_cap is not None:
+            require(parse_size(self.memory_cap, "--memory-cap") >= 1 << 20, "memory_cap",
+                    self.memory_cap, "must be at least 1MiB")
         require(self.device in DEVICES, "device", self.device, f"one of {', '.join(DEVICES)}")
         require(self.backend in BACKENDS, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
         require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)

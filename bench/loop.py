@@ -57,8 +57,22 @@ class Trainer:
         self.model, self.optimizer, self.precision = model, optimizer, precision
         self.to_device, self.grad_accum = to_device, grad_accum
         self.criterion = nn.CrossEntropyLoss()
-        # A bare model (one process) has no gradient sync to skip.
+        # A bare model (one process) has no gradient sync to skip. DDP skips it with
+        # no_sync; FSDP defers its reduce-scatter, though it still all-gathers parameters,
+        # so only DDP's skipped step is one without communication (the probe below).
         self.can_skip_sync = hasattr(model, "no_sync")
+        self.can_defer_sync = self.can_skip_sync or hasattr(model, "set_requires_gradient_sync")
+
+    def _synced(self, sync: bool):
+        """Gradients synchronise in this micro-batch's backward, or not."""
+        if sync or not self.can_defer_sync:
+            if hasattr(self.model, "set_requires_gradient_sync"):
+                self.model.set_requires_gradient_sync(True)
+            return contextlib.nullcontext()
+        if self.can_skip_sync:
+            return self.model.no_sync()
+        self.model.set_requires_gradient_sync(False)
+        return contextlib.nullcontext()
 
     def step(self, batches: Iterator[Batch], *, sync: bool = True) -> tuple[torch.Tensor, float]:
         """Returns the step's loss (a device tensor: no sync here) and seconds spent
@@ -70,10 +84,8 @@ class Trainer:
             images, labels = self.to_device(next(batches))
             waited += time.perf_counter() - start
             last = micro == self.grad_accum - 1 and sync
-            # Gradients all-reduce only on the last micro-batch of the step.
-            skip = self.model.no_sync() if self.can_skip_sync and not last \
-                else contextlib.nullcontext()
-            with skip:
+            # Gradients synchronise only on the last micro-batch of the step.
+            with self._synced(last):
                 with self.precision.autocast():
                     loss = self.criterion(self.model(images), labels) / self.grad_accum
                 self.precision.scaler.scale(loss).backward()

@@ -4,7 +4,7 @@
       [--launcher native|compose|ssh --hosts h1,h2] -- --steps 20 --model resnet18
 
 Cells are BATCH_SIZES x TOPOLOGIES (x MODELS x PRECISIONS x BACKENDS x COMM_HOOKS x
-GRAD_ACCUMS when several are given). ``--workload allreduce`` runs the all-reduce sweep
+GRAD_ACCUMS x STRATEGIES when several are given). ``--workload allreduce`` runs the all-reduce sweep
 instead (cells: TOPOLOGIES x BACKENDS; flags after -- go to ``bench allreduce``).
 ``--launcher netns --link 1gbit`` runs every node in its own network namespace behind a
 link shaped to that rate (root; see bench/netlab.py).
@@ -32,6 +32,7 @@ from bench.config import (
     COMM_HOOKS,
     MAX_TIMEOUT_S,
     PRECISIONS,
+    STRATEGIES,
     OneLineErrorParser,
     TrainConfig,
 )
@@ -62,10 +63,11 @@ WORKLOADS = {"train": "bench.train", "allreduce": "bench.allreduce"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
 DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
                    "--precision": "--precisions", "--backend": "--backends",
-                   "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums"}
+                   "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums",
+                   "--strategy": "--strategies"}
 # Matrix flags that only mean something for the trainer, with their defaults.
 TRAIN_DIMENSIONS = {"batch_sizes": "64", "models": "resnet18", "precisions": "fp32",
-                    "comm_hooks": "none", "grad_accums": "1"}
+                    "comm_hooks": "none", "grad_accums": "1", "strategies": "ddp"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,19 +82,22 @@ class Cell:
     comm_hook: str = "none"
     grad_accum: int = 1
     workload: str = "train"
+    strategy: str = "ddp"
 
     def trainer_args(self, base: list[str]) -> list[str]:
         if self.workload == "allreduce":
             return [*base, "--backend", self.backend]
         return [*base, "--batch-size", str(self.batch_size), "--model", self.model,
                 "--precision", self.precision, "--backend", self.backend,
-                "--comm-hook", self.comm_hook, "--grad-accum", str(self.grad_accum)]
+                "--comm-hook", self.comm_hook, "--grad-accum", str(self.grad_accum),
+                "--strategy", self.strategy]
 
     def label(self) -> str:
         if self.workload == "allreduce":
             return f"all-reduce {self.topology} {self.backend}"
         extra = (f" hook {self.comm_hook}" if self.comm_hook != "none" else "") + \
-            (f" accum {self.grad_accum}" if self.grad_accum != 1 else "")
+            (f" accum {self.grad_accum}" if self.grad_accum != 1 else "") + \
+            (f" {self.strategy}" if self.strategy != "ddp" else "")
         return (f"batch {self.batch_size} {self.topology} {self.model} {self.precision} "
                 f"{self.backend}{extra}")
 
@@ -137,6 +142,8 @@ class MatrixConfig:
                        "powersgd (default: none)")
         p.add_argument("--grad-accums", help="comma-separated micro-batches per step "
                        "(default: 1)")
+        p.add_argument("--strategies", help="comma-separated data parallelism: ddp, fsdp "
+                       "(default: ddp)")
         p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
         p.add_argument("--launcher", choices=LAUNCHERS, default="native",
                        help="native torchrun here, Compose here, SSH fan-out to --hosts, or "
@@ -198,6 +205,7 @@ class MatrixConfig:
         backends = parse_choices(a.backends, BACKENDS, "--backends")
         hooks = parse_choices(a.comm_hooks, COMM_HOOKS, "--comm-hooks")
         accums = parse_positive_ints(a.grad_accums, "--grad-accums")
+        strategies = parse_choices(a.strategies, STRATEGIES, "--strategies")
         link_bps = parse_rate(a.link, "--link") if a.link else None
         if a.launcher == "netns" and link_bps is None:
             raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
@@ -249,9 +257,10 @@ class MatrixConfig:
             cells = [Cell(0, t, "", "", be, workload="allreduce")
                      for be, t in itertools.product(backends, topologies)]
         else:
-            cells = [Cell(b, t, m, pr, be, h, ga) for m, pr, be, h, ga, b, t in
-                     itertools.product(models, precisions, backends, hooks, accums, batch_sizes,
-                                       topologies)]
+            cells = [Cell(b, t, m, pr, be, h, ga, strategy=st)
+                     for m, pr, be, h, ga, st, b, t in
+                     itertools.product(models, precisions, backends, hooks, accums, strategies,
+                                       batch_sizes, topologies)]
         # Every cell's flags are validated before anything starts.
         parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
         prog = f"bench {a.workload}"

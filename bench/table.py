@@ -40,6 +40,8 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "precision": _cfg("precision", "precision"),
     "backend": _cfg("distributed", "backend"),
     "comm_hook": lambda r: r.get("comm_hook"),
+    # Records from before --strategy existed were all DDP.
+    "strategy": lambda r: r.get("strategy") or _cfg("distributed", "strategy")(r) or "ddp",
     "grad_accum": _cfg("distributed", "grad_accum"),
     "topology": lambda r: f"{r.get('nnodes')}x{r.get('nproc_per_node')}",
     "nodes": lambda r: r.get("nnodes"),
@@ -48,7 +50,8 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "launcher": lambda r: r.get("matrix", {}).get("launcher", "direct"),
     "device": lambda r: ((r.get("env") or {}).get("ranks") or [{}])[0].get("device"),
 }
-DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook")
+DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook",
+                    "strategy")
 FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex", "csv": None}
 CPU_HEADERS = {"GPUs": "processes", "batch/GPU": "batch/process"}
 HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",

@@ -36,17 +36,22 @@ class GradientTraffic:
         self.clock = clock
         self.bytes = 0
         self.calls = 0
+        self.by_kind: dict[str, int] = {}   # bytes per collective: all_reduce, all_gather...
         self.steps: list[dict] = []
         self._step: dict | None = None
 
     def reset(self) -> None:
         self.bytes = self.calls = 0
+        self.by_kind.clear()
         self.steps.clear()
 
-    def sent(self, tensor: torch.Tensor) -> None:
+    def sent(self, tensor: torch.Tensor, kind: str = "all_reduce") -> None:
+        """A collective over ``tensor`` (its whole, unsharded size: what an all-reduce is
+        handed, what an all-gather returns, what a reduce-scatter is handed)."""
         size = tensor.numel() * tensor.element_size()
         self.bytes += size
         self.calls += 1
+        self.by_kind[kind] = self.by_kind.get(kind, 0) + size
         if self._step is not None:
             self._step["sent"] += size
 
@@ -201,7 +206,63 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
 
 
 def observes_timed_steps(cfg: DistributedConfig, world_size: int) -> bool:
-    """Whether the timed steps themselves run under the observer: only when a compression
-    hook replaces DDP's all-reduce anyway. One process trains bare, and the plain
-    all-reduce stays DDP's own; both are observed by a short probe after training."""
-    return world_size > 1 and cfg.comm_hook != "none"
+    """Whether the timed steps themselves are observed: when a compression hook replaces
+    DDP's all-reduce anyway, and under FSDP (its collectives are counted where they are
+    issued, at no cost). One process trains bare, and DDP's plain all-reduce stays its own;
+    both are observed by a short probe after training."""
+    return world_size > 1 and (cfg.comm_hook != "none" or cfg.strategy == "fsdp")
+
+
+class _CountingFSDPCollectives:
+    """Stands in for ``torch.distributed`` inside FSDP2's collectives module: counts each
+    all-gather (its output: the unsharded parameters) and reduce-scatter (its input: the
+    unsharded gradients) into the current ``GradientTraffic``; everything passes through."""
+
+    def __init__(self) -> None:
+        self.traffic: GradientTraffic | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(dist, name)
+
+    def all_gather_single(self, output, input, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(output, "all_gather")
+        return dist.all_gather_single(output, input, *args, **kwargs)
+
+    def reduce_scatter_single(self, output, input, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(input, "reduce_scatter")
+        return dist.reduce_scatter_single(output, input, *args, **kwargs)
+
+
+_FSDP_COUNTER = _CountingFSDPCollectives()
+# Sharding unit: a submodule becomes its own FSDP unit once it holds this many parameters
+# not already in a unit below it (as FSDP1's size-based policy): per layer for the deep &
+# wide MLP, per block for ResNets.
+MIN_UNIT_PARAMS = 1_000_000
+
+
+def shard_model(model: nn.Module, traffic: GradientTraffic,
+                min_unit_params: int = MIN_UNIT_PARAMS) -> nn.Module:
+    """FSDP2 (fully_shard) over the model: units bottom-up by size, then the root. Each
+    rank keeps 1/world of the parameters, gradients and optimizer state; a unit's
+    parameters are all-gathered for its forward and backward, its gradients
+    reduce-scattered. Build the optimizer after this: the parameters are new (DTensors)."""
+    from torch.distributed.fsdp import _fully_shard, fully_shard
+
+    _FSDP_COUNTER.traffic = traffic
+    _fully_shard._fsdp_collectives.dist = _FSDP_COUNTER
+
+    def unsharded(module: nn.Module) -> int:
+        """Parameters of ``module`` not yet in a unit, after sharding its children."""
+        left = sum(p.numel() for p in module.parameters(recurse=False))
+        for child in module.children():
+            left += unsharded(child)
+        if module is not model and left >= min_unit_params:
+            fully_shard(module)
+            return 0
+        return left
+
+    unsharded(model)
+    fully_shard(model)
+    return model

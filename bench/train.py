@@ -5,8 +5,10 @@ with its status and message, so a sweep gets a row instead of a stack trace.
 """
 from __future__ import annotations
 
+import ctypes
 import resource
 import sys
+from pathlib import Path
 
 import torch
 
@@ -23,18 +25,63 @@ from bench.loop import (
     run_steps,
 )
 from bench.models import MODELS, build_model, flops_per_sample, parameter_count
-from bench.traffic import GradientTraffic, observes_timed_steps, wrap_model
+from bench.traffic import GradientTraffic, observes_timed_steps, shard_model, wrap_model
+from bench.units import parse_size
 
 PROG = "bench train"
 TRAFFIC_PROBE_STEPS = 5   # one process: DDP steps observed for bytes and bucket timeline
 
 
-def peak_memory(ctx: distributed.DistContext) -> tuple[int, str]:
+def peak_memory(ctx: distributed.DistContext) -> tuple[int, str, list[int]]:
+    """The largest rank's peak memory, its kind, and every rank's (rank order)."""
     if ctx.device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(ctx.device), "cuda_max_allocated"
     else:  # ru_maxrss is in KiB on Linux
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "max_rss"
-    return int(distributed.max_across_ranks(ctx, float(peak))), kind
+    every = [int(p) for p in distributed.all_gather_objects(ctx, int(peak))]
+    return max(every), kind, every
+
+
+class MemoryCapExceeded(job.ExpectedFailure):
+    status = "oom"
+
+
+def _held_bytes() -> int:
+    """This process's private writable memory now (VmData): what RLIMIT_DATA counts."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    raise OSError("no VmData in /proc/self/status")
+
+
+def _allocate_exactly() -> None:
+    """Make the limit count live memory, not malloc's reserves: glibc otherwise serves large
+    blocks from per-thread arenas that keep freed memory (gloo's and autograd's threads each
+    have one) and raises its mmap threshold after frees, so FSDP's gather and scatter
+    buffers, allocated and freed every step, would look like growth. A fixed 1 MiB mmap
+    threshold returns every large block to the system when it is freed."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return
+    m_mmap_threshold, m_arena_max = -3, -8   # malloc.h
+    libc.mallopt(m_mmap_threshold, 1 << 20)
+    libc.mallopt(m_arena_max, 1)
+
+
+def apply_memory_cap(cap: str | None) -> dict | None:
+    """Let this rank allocate at most ``cap`` more host memory than it holds now (torch and
+    the process group loaded, nothing built yet): an allocation past it fails as it would
+    on a smaller machine, and the run ends with status oom and these figures."""
+    if cap is None:
+        return None
+    budget = parse_size(cap, "--memory-cap")
+    _allocate_exactly()
+    held = _held_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = held + budget if hard == resource.RLIM_INFINITY else min(held + budget, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    return {"cap_bytes": budget, "held_bytes": held, "limit_bytes": limit}
 
 
 def verify_dataset(cfg: TrainConfig, ctx: distributed.DistContext) -> str | None:
@@ -66,7 +113,17 @@ def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimiz
     bare (a one-rank group), and for a job whose plain all-reduce stayed DDP's built-in one.
     Returns how many steps ``traffic`` observed. PowerSGD first runs its plain warm-up
     steps, so what is counted is what it sends once compressing."""
-    wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
+    if cfg.distributed.strategy == "fsdp":
+        # FSDP replaces the parameters: the training optimizer lets go of the old ones (and
+        # their state) first, so the probe holds no second copy of the model.
+        optimizer.param_groups.clear()
+        optimizer.state.clear()
+        wrapped = shard_model(model, traffic)
+        optimizer = torch.optim.SGD(wrapped.parameters(), lr=cfg.schedule.lr, momentum=0.9)
+    else:
+        # The same parameters and optimizer: DDP's buckets take the place of the gradients
+        # (set to None after each step), so the probe needs no memory training did not.
+        wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
     trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
     warmup = 1 + (cfg.distributed.powersgd_warmup
                   if cfg.distributed.comm_hook == "powersgd" else 0)
@@ -87,6 +144,22 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     rec["global_batch_size"] = cfg.data.batch_size * cfg.distributed.grad_accum * ctx.world_size
     if cfg.data.data_dir is not None:
         rec["dataset_manifest_sha256"] = verify_dataset(cfg, ctx)
+    rec["strategy"] = cfg.distributed.strategy
+    rec["memory_cap"] = apply_memory_cap(cfg.distributed.memory_cap)
+    try:
+        _measure(cfg, ctx, rec)
+    except RuntimeError as error:
+        if rec["memory_cap"] and "can't allocate memory" in str(error):
+            cap = rec["memory_cap"]
+            raise MemoryCapExceeded(
+                f"out of memory under --memory-cap {cfg.distributed.memory_cap}: "
+                f"{job.one_line(error)} (the rank held {cap['held_bytes'] / 2**20:.0f} MiB "
+                f"before building the model, and may allocate "
+                f"{cap['cap_bytes'] / 2**20:.0f} MiB more)") from error
+        raise
+
+
+def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     torch.manual_seed(cfg.schedule.seed)  # same initial weights on every rank
     channels = MODELS[cfg.model.model].in_channels
     memory_format = torch.channels_last if cfg.precision.channels_last else torch.contiguous_format
@@ -107,11 +180,17 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     # bucket timeline) is measured afterwards by a short probe under one-rank DDP.
     single = ctx.world_size == 1
     observed = observes_timed_steps(cfg.distributed, ctx.world_size)
-    wrapped = model if single else wrap_model(model, ctx, cfg.distributed, traffic,
-                                                          observe=observed)
+    fsdp = cfg.distributed.strategy == "fsdp"
+    if single:
+        wrapped = model
+    elif fsdp:
+        wrapped = shard_model(model, traffic)
+    else:
+        wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=observed)
     # How the timed steps synchronised gradients: nothing (one process), DDP's built-in
-    # all-reduce, or a comm hook (fp16, bf16, powersgd) in Python.
-    rec["gradient_sync"] = "none" if single else "comm_hook" if observed else "ddp_builtin"
+    # all-reduce, a comm hook (fp16, bf16, powersgd) in Python, or FSDP's collectives.
+    rec["gradient_sync"] = "none" if single else "fsdp" if fsdp else \
+        "comm_hook" if observed else "ddp_builtin"
     if cfg.precision.compile:
         wrapped = torch.compile(wrapped)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
@@ -144,8 +223,19 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         sampler.stop()
     observed_steps = len(result.step_times)
     if not observed:
-        observed_steps = traffic_probe(cfg, ctx, model, optimizer, precision, data, clock,
-                                       traffic)
+        try:
+            observed_steps = traffic_probe(cfg, ctx, model, optimizer, precision, data, clock,
+                                           traffic)
+        except RuntimeError as error:  # the measurement stands; only its traffic is unknown
+            if "can't allocate memory" not in str(error) and \
+                    not isinstance(error, torch.OutOfMemoryError):
+                raise
+            rec["traffic_probe_error"] = job.one_line(error)
+            traffic.reset()
+            observed_steps = 0
+    rec["traffic_by_kind"] = {kind: size / observed_steps
+                              for kind, size in traffic.by_kind.items()} \
+        if observed_steps else None
     per_step = (traffic.bytes / observed_steps, traffic.calls / observed_steps) \
         if observed_steps else (None, None)
     result.nosync_step_times = comm_probe(trainer, data, ctx, cfg.schedule.comm_probe_steps,
@@ -165,7 +255,8 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     rec["telemetry"] = telemetry.combine(
         [s["summary"] for s in summaries], [s["reason"] for s in summaries],
         rec["samples_per_s"], samples_per_step * len(result.step_times))
-    rec["peak_memory_bytes"], rec["peak_memory_kind"] = peak_memory(ctx)
+    rec["peak_memory_bytes"], rec["peak_memory_kind"], rec["peak_memory_per_rank"] = \
+        peak_memory(ctx)
 
 
 def run(cfg: TrainConfig) -> int:

@@ -39,7 +39,10 @@ args=(--network host --build-arg "BASE_IMAGE=$base")
 case "$kind" in
   trainer)
     wheels=".wheels/py$pyver-$flavour"
-    [ -f "$repo/$wheels/.complete" ] || "$here/download-wheels.sh" "$repo/$wheels" "$pyver" "$flavour"
+    # Downloaded for these pins and this flavour, or downloaded (again).
+    wanted="$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1) $flavour"
+    [ "$(cat "$repo/$wheels/.complete" 2>/dev/null)" = "$wanted" ] ||
+      "$here/download-wheels.sh" "$repo/$wheels" "$pyver" "$flavour"
     args+=(-f docker/Dockerfile --build-arg "WHEELS=$wheels" --build-arg "GIT_COMMIT=$commit"
            --build-arg "GIT_DIRTY=$dirty" --build-arg "TORCH_FLAVOUR=$flavour"
            --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)") ;;

@@ -37,5 +37,7 @@ fi
 mkdir -p "$DIR"
 say "downloading the pinned requirements for Python $PYVER ($FLAVOUR torch) into $DIR"
 "$PYTHON" -m pip "${args[@]}" 2> >(grep -v '^WARNING: Location' >&2)
-touch "$DIR/.complete"
+# The marker holds what the wheels were downloaded for: a changed pin list or flavour
+# downloads again (build-image.sh compares it).
+sha256sum "$here/requirements.txt" | cut -d' ' -f1 | sed "s/\$/ $FLAVOUR/" > "$DIR/.complete"
 say "$(ls "$DIR" | grep -c '\.whl$') wheels, $(du -sh "$DIR" | cut -f1)"

@@ -79,3 +79,16 @@ def test_a_deadline_is_a_timeout_with_the_last_output():
                            JobOutcome([node], timed_out=True, seconds=60.0), 60)
     assert rec["status"] == "timeout"
     assert rec["error"] == "the job passed its deadline of 60 s; last output: [bench] step 7/100000"
+
+
+def test_the_root_cause_is_not_the_node_that_only_lost_its_peer():
+    from bench.launchers.nodes import root_cause
+
+    lost = NodeOutcome(0, "node0", 1, [], ["step 2/9", "RuntimeError: Connection closed by "
+                                           "peer [127.0.0.1]:5000", "ChildFailedError"])
+    killed = NodeOutcome(1, "node1", 137, [], ["trainer-cpu-1 exited with code 137"])
+    assert root_cause([lost, killed], lost) is killed
+    assert root_cause([lost, killed], killed) is killed
+    oom = NodeOutcome(0, "node0", 1, [], ["bench train: FAILED (oom): out of memory"])
+    assert root_cause([oom, killed], oom) is oom, "a node failing on its own stays the cause"
+    assert root_cause([lost], lost) is lost, "with nobody else to blame, the first to fail"

@@ -21,6 +21,7 @@ from bench import record
 from bench.outcome import JobOutcome, NodeOutcome
 
 TAIL_LINES = 20
+PEER_GRACE_S = 10.0  # how long other nodes may take to fail on their own
 # Lines that say nothing to a user: Compose v1's note on --exit-code-from, and c10d's
 # warning that a loopback peer has no resolvable name. They stay in the node logs.
 CONSOLE_NOISE = ("--exit-code-from implies", "hostname of the client socket cannot be")
@@ -118,6 +119,9 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
             nodes.append(node)
             threads.append(thread)
         timed_out, culprit = _wait(procs, started + deadline_s)
+        # A node that lost its peer often fails before the peer's own death is seen: give
+        # the others a moment to fail on their own, so the row can name the real cause.
+        failed_alone = _settle(procs, PEER_GRACE_S) if culprit is not None else []
     except BaseException:
         _stop(procs)
         if cleanup:
@@ -131,8 +135,37 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
         thread.join(timeout=10)
     for proc, node in zip(procs, nodes, strict=True):
         node.returncode = proc.returncode
+    if culprit is not None:
+        culprit = root_cause([nodes[i] for i in failed_alone], nodes[culprit]).rank
+        culprit = next(i for i, n in enumerate(nodes) if n.rank == culprit)
     return JobOutcome(nodes, timed_out, time.monotonic() - started,
                       nodes[culprit] if culprit is not None else None)
+
+
+def _settle(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
+    """Wait up to ``grace_s`` while nodes are still running; the indexes of those that
+    failed by then on their own (before anything stopped them)."""
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.1)
+    return [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+
+
+def root_cause(failed: list[NodeOutcome], first: NodeOutcome) -> NodeOutcome:
+    """The first node to fail, unless all it says is that it lost a peer: then the node
+    that failed on its own for another reason (killed, out of memory, a bad setting)."""
+    if not peer_lost(first.output):
+        return first
+    return next((n for n in failed if n is not first and not peer_lost(n.output)), first)
+
+
+# What a rank prints when another node died under it: a symptom, not the cause.
+PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash",
+             "Broken pipe", "communicator was aborted", "Connection refused")
+
+
+def peer_lost(lines: list[str]) -> bool:
+    return any(marker in line for line in lines for marker in PEER_LOSS)
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float) -> tuple[bool, int | None]:
