@@ -318,6 +318,12 @@ class TrainConfig:
                     self.schedule.warmup_steps, f"must cover --powersgd-warmup "
                     f"({hook.powersgd_warmup}) so every timed step is compressed: raise "
                     "--warmup-steps or lower --powersgd-warmup")
+        if self.distributed.strategy == "fsdp":
+            # Measured on an H100: FSDP2 refuses non-contiguous parameters, which is what
+            # channels-last makes of convolution weights.
+            require(not self.precision.channels_last, "channels_last", True,
+                    "FSDP2 shards only contiguous parameters: use --no-channels-last with "
+                    "--strategy fsdp")
         if checks_environment():
             self._resolve_device()
 

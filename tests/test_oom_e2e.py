@@ -47,7 +47,8 @@ def test_make_bench_oom_reproduces_the_study(tmp_path):
     (["--strategy", "fsdp", "--static-graph"], "--static-graph"),
     (["--memory-cap", "12 bytes"], "--memory-cap"),
     (["--memory-cap", "1KiB"], "--memory-cap"),
-    (["--strategy", "zero3"], "--strategy")])
+    (["--strategy", "zero3"], "--strategy"),
+    (["--strategy", "fsdp", "--channels-last"], "--channels-last")])
 def test_bad_strategy_settings_are_refused(args, setting):
     with on_head(), pytest.raises((ConfigError, SystemExit)) as error:
         TrainConfig.from_args(["--steps", "1", *args])
