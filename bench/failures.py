@@ -64,7 +64,8 @@ def failure_record(cfg, topology: Topology) -> dict:
         rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
                                     * cfg.distributed.grad_accum)
     rec.update(world_size=topology.devices, nnodes=topology.nodes,
-               nproc_per_node=topology.procs, env=provenance.collect(None, gather=False))
+               nproc_per_node=topology.procs, procs_per_node=list(topology.counts),
+               env=provenance.collect(None, gather=False))
     rec["status"], rec["error"] = "error", NO_RECORD
     return rec
 

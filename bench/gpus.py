@@ -39,11 +39,15 @@ def assign(topology: Topology, gpus: list[str]) -> list[str]:
     needed = topology.devices
     if needed > len(gpus):
         raise ConfigError("--topologies", str(topology),
-                          f"needs {needed} GPUs on this host ({topology.nodes} node(s) x "
-                          f"{topology.procs}), which has {len(gpus)}: use fewer, or run the "
-                          "nodes on their own hosts (--launcher ssh)")
-    return [",".join(gpus[i * topology.procs:(i + 1) * topology.procs])
-            for i in range(topology.nodes)]
+                          f"needs {needed} GPUs on this host ({topology.nodes} node(s) "
+                          + (f"x {topology.procs}" if not topology.uneven
+                             else f"with {topology}") + f"), which has {len(gpus)}: use "
+                          "fewer, or run the nodes on their own hosts (--launcher ssh)")
+    blocks, start = [], 0
+    for count in topology.counts:
+        blocks.append(",".join(gpus[start:start + count]))
+        start += count
+    return blocks
 
 
 def wants_gpus(trainer_args: list[str], gpus: list[str]) -> bool:

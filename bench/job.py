@@ -39,6 +39,15 @@ def classify(error: BaseException) -> str:
     return "error"
 
 
+def procs_per_node(ranks: list[dict]) -> list[int]:
+    """Processes on each node, in node order, from every rank's report: uneven nodes
+    (1+1+2) show here, where nproc_per_node is only rank 0's node."""
+    counts: dict[int, int] = {}
+    for rank in ranks:
+        counts[rank["node_rank"]] = counts.get(rank["node_rank"], 0) + 1
+    return [counts[node] for node in sorted(counts)]
+
+
 def one_line(error: BaseException) -> str:
     first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
@@ -67,7 +76,8 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
         ctx = distributed.init(dist_cfg)
         rec["env"] = provenance.collect(ctx)
         rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
-                   nproc_per_node=ctx.local_world_size)
+                   nproc_per_node=ctx.local_world_size,
+                   procs_per_node=procs_per_node(rec["env"]["ranks"]))
         measure(ctx, rec)
         rec["status"] = "ok"
     except KeyboardInterrupt as interrupt:

@@ -321,8 +321,8 @@ def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts
                               results_root=results_root)
 
 
-def cell_key(config_hash: str, nnodes: int | None, nproc: int | None) -> tuple:
-    return (config_hash, nnodes, nproc)
+def cell_key(config_hash: str, topology: Topology) -> tuple:
+    return (config_hash, str(topology))
 
 
 def finished_repeats(results: Path) -> dict[tuple, int]:
@@ -334,7 +334,7 @@ def finished_repeats(results: Path) -> dict[tuple, int]:
                 # The key the matrix computed from the config as given; records written
                 # before it kept one have only the trainer's own hash.
                 given = (rec.get("matrix") or {}).get("config_hash") or rec["config_hash"]
-                key = cell_key(given, rec.get("nnodes"), rec.get("nproc_per_node"))
+                key = cell_key(given, Topology.of_record(rec))
                 counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -388,7 +388,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
     done = finished_repeats(cfg.results) if cfg.resume else {}
     jobs = []
     for index, (cell, train_cfg) in enumerate(cfg.cells.items(), 1):
-        key = cell_key(train_cfg.hash(), cell.topology.nodes, cell.topology.procs)
+        key = cell_key(train_cfg.hash(), cell.topology)
         for repeat in range(1, cfg.repeats + 1):
             if repeat <= done.get(key, 0):
                 print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}: "

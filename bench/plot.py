@@ -37,7 +37,7 @@ def _cells(records: list[dict]) -> dict[tuple, dict[tuple[int, Topology], list[f
             continue
         workload = tuple(FIELDS[f](rec) for f in WORKLOAD)
         cell = (rec["batch_size_per_device"],
-                Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1))
+                Topology.of_record(rec))
         out.setdefault(workload, {}).setdefault(cell, []).append(rec[field])
     return out
 

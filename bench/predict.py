@@ -51,16 +51,18 @@ from bench import record
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.prediction import Link, Timeline, levers, scaling
-from bench.topology import parse_positive_ints
+from bench.topology import Topology, parse_positive_ints
 from bench.units import parse_rate
 
 
 def measured_rates(records: list[dict], link: Link) -> dict[tuple, list[float]]:
-    """samples/s of ok multi-node records taken on ``link``'s rate, by (setup, nodes)."""
+    """samples/s of ok multi-node records taken on ``link``'s rate, by (setup, nodes).
+    Uneven nodes (1+1+2) are left out: the model predicts N nodes like the measured one."""
     found: dict[tuple, list[float]] = {}
     for rec in record.training(records):
         rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
         if rec.get("status") == "ok" and (rec.get("nnodes") or 1) > 1 \
+                and not Topology.of_record(rec).uneven \
                 and link.rate_bps is not None and rate == link.rate_bps \
                 and (rec.get("samples_per_s") or 0) > 0:
             found.setdefault((setup_key(rec), rec["nnodes"]), []).append(rec["samples_per_s"])

@@ -37,7 +37,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def _topology(rec: dict) -> Topology:
-    return Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1)
+    return Topology.of_record(rec)
 
 
 def summary(records: list[dict]) -> list[str]:

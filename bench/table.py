@@ -43,7 +43,7 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     # Records from before --strategy existed were all DDP.
     "strategy": lambda r: r.get("strategy") or _cfg("distributed", "strategy")(r) or "ddp",
     "grad_accum": _cfg("distributed", "grad_accum"),
-    "topology": lambda r: f"{r.get('nnodes')}x{r.get('nproc_per_node')}",
+    "topology": lambda r: str(Topology.of_record(r)),
     "nodes": lambda r: r.get("nnodes"),
     "gpus": lambda r: r.get("world_size"),
     "status": lambda r: r.get("status"),
@@ -155,7 +155,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...],
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
     for rec in records:
         key = tuple(FIELDS[f](rec) for f in group_by)
-        topology = Topology(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1)
+        topology = Topology.of_record(rec)
         groups.setdefault(key, {}).setdefault(topology, []).append(rec)
     tables = []
     for key in sorted(groups, key=natural_order):

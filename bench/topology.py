@@ -1,5 +1,6 @@
-"""Topologies written NODESxGPUS (``1x1``, ``1x2``, ``2x1``, ``2x2``) and the other list
-settings of the command line (batch sizes, choices, hosts): parsed here and only here.
+"""Topologies written NODESxGPUS (``1x1``, ``1x2``, ``2x1``, ``2x2``) or, for uneven nodes,
+GPUs per node joined by ``+`` (``1+1+2``), and the other list settings of the command line
+(batch sizes, choices, hosts): parsed here and only here.
 
 On CPU runs the second number counts processes per node. Every value gets a bound: a
 huge number is as sure a typo as a zero, and a host name is a strict pattern, never
@@ -45,14 +46,47 @@ def shown(value: object) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
 class Topology:
-    """``nodes`` nodes with ``procs`` processes (one per GPU) each."""
+    """``nodes`` nodes with ``procs`` processes (one per GPU) each, or, for uneven nodes
+    (``1+1+2``), ``per_node`` processes on each node in node order (``procs`` is then the
+    most on any node). Global ranks are contiguous per node, in node order, as torchrun
+    assigns them."""
 
     nodes: int
     procs: int
+    per_node: tuple[int, ...] = ()
+
+    @classmethod
+    def of_counts(cls, counts: list[int] | tuple[int, ...]) -> Topology:
+        """From processes per node in node order: NxG when all are equal."""
+        counts = tuple(counts)
+        if len(set(counts)) == 1:
+            return cls(len(counts), counts[0])
+        return cls(len(counts), max(counts), counts)
+
+    @classmethod
+    def of_record(cls, rec: dict) -> Topology:
+        """The topology a record ran on (its per-node process counts where it has them)."""
+        counts = rec.get("procs_per_node")
+        if isinstance(counts, list) and counts and all(isinstance(c, int) and c > 0
+                                                        for c in counts):
+            return cls.of_counts(counts)
+        return cls(rec.get("nnodes") or 1, rec.get("nproc_per_node") or 1)
+
+    @property
+    def uneven(self) -> bool:
+        return bool(self.per_node)
+
+    def procs_on(self, node: int) -> int:
+        """Processes on node ``node`` (0-based, node order)."""
+        return self.per_node[node] if self.per_node else self.procs
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return self.per_node or (self.procs,) * self.nodes
 
     @property
     def devices(self) -> int:
-        return self.nodes * self.procs
+        return sum(self.counts)
 
     @property
     def setup(self) -> str:
@@ -62,13 +96,18 @@ class Topology:
         return "multi-GPU" if self.nodes == 1 else "multi-node"
 
     def __str__(self) -> str:
+        if self.per_node:
+            return "+".join(map(str, self.per_node))
         return f"{self.nodes}x{self.procs}"
 
     @classmethod
     def parse(cls, text: str, setting: str = "--topologies") -> Topology:
+        if "+" in text:
+            return cls._parse_uneven(text, setting)
         match = _PATTERN.fullmatch(text)
         if not match:
-            raise ConfigError(setting, shown(text), "write NODESxGPUS, e.g. 1x1, 1x2, 2x1")
+            raise ConfigError(setting, shown(text), "write NODESxGPUS, e.g. 1x1, 1x2, 2x1, or "
+                              "GPUs per node joined by '+' for uneven nodes, e.g. 1+1+2")
         nodes, procs = (_bounded_int(digits) for digits in match.groups())
         if nodes < 1 or procs < 1:
             raise ConfigError(setting, shown(text),
@@ -77,6 +116,18 @@ class Topology:
             raise ConfigError(setting, shown(text), f"at most {MAX_NODES} nodes and "
                               f"{MAX_PROCS_PER_NODE} GPUs (processes) per node, e.g. 2x8")
         return cls(nodes, procs)
+
+    @classmethod
+    def _parse_uneven(cls, text: str, setting: str) -> Topology:
+        parts = text.strip().split("+")
+        if not all(_INT.fullmatch(part.strip()) for part in parts):
+            raise ConfigError(setting, shown(text), "write GPUs (processes) per node joined "
+                              "by '+', in host order, e.g. 1+1+2")
+        counts = [_bounded_int(part.strip()) for part in parts]
+        if not all(1 <= c <= MAX_PROCS_PER_NODE for c in counts) or len(counts) > MAX_NODES:
+            raise ConfigError(setting, shown(text), f"each node 1 to {MAX_PROCS_PER_NODE} "
+                              f"GPUs (processes), at most {MAX_NODES} nodes")
+        return cls.of_counts(counts)
 
 
 def _bounded_int(digits: str) -> int:

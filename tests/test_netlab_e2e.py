@@ -129,3 +129,21 @@ def test_labs_of_dead_owners_are_cleaned(lab_host):
     subprocess.run(["ip", "netns", "add", dead], check=True)
     assert dead in netlab.clean()
     assert dead not in netlab.namespaces()
+
+
+def test_uneven_nodes_behind_an_emulated_link(lab_host, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    train = subprocess.run(
+        _matrix("--topologies", "1x1,1+2", "--models", "smallcnn", "--batch-sizes", "8",
+                "--results", str(results), "--", "--steps", "2", "--warmup-steps", "1",
+                "--comm-probe-steps", "0"),
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    one, uneven = list(record.read(results))
+    assert uneven["status"] == "ok" and uneven["world_size"] == 3
+    assert uneven["procs_per_node"] == [1, 2]
+    assert [r["node_rank"] for r in uneven["env"]["ranks"]] == [0, 1, 1]
+    table = subprocess.run([sys.executable, "-m", "bench", "table", str(results)], cwd=REPO,
+                           capture_output=True, text=True)
+    rows = [line for line in table.stdout.splitlines() if line.startswith("| multi-node")]
+    assert rows and "| 3 " in rows[0], table.stdout  # the device total: 3 processes

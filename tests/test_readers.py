@@ -297,6 +297,7 @@ def _matrix_args(results: Path) -> list[str]:
 
 def test_matrix_resume_counts_the_valid_record_among_bad_lines(tmp_path):
     from bench.matrix import MatrixConfig, cell_key, finished_repeats
+    from bench.topology import Topology
 
     path = tmp_path / "runs.jsonl"
     (train_cfg,) = MatrixConfig.from_args(_matrix_args(path), "bench matrix").cells.values()
@@ -310,7 +311,7 @@ def test_matrix_resume_counts_the_valid_record_among_bad_lines(tmp_path):
     assert "0/0 jobs ok" in proc.stderr and path.read_bytes() == before   # nothing ran
     # A file of bad lines only: nothing is finished (every line warned about), no error.
     assert finished_repeats(_only_bad(tmp_path / "bad.jsonl")) == {}
-    assert finished_repeats(path) == {cell_key(train_cfg.hash(), 1, 1): 1}
+    assert finished_repeats(path) == {cell_key(train_cfg.hash(), Topology(1, 1)): 1}
 
 
 def test_matrix_resume_warns_about_every_line_of_a_file_with_no_valid_record(tmp_path, capsys):

@@ -126,3 +126,12 @@ def test_doctor_checks_the_cluster(slurm):
                               "--partition", "-x;id"], cwd=REPO, env=slurm,
                              capture_output=True, text=True, timeout=60)
     assert hostile.returncode == 2 and "--partition" in hostile.stderr
+
+
+def test_uneven_nodes_on_slurm(slurm, tmp_path):
+    proc, rows = _matrix(slurm, tmp_path / "runs.jsonl", "--topologies", "1+2", "--models",
+                         "smallcnn", "--batch-sizes", "8", "--", "--steps", "2",
+                         "--warmup-steps", "1", "--device", "cpu", "--comm-probe-steps", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = rows
+    assert row["status"] == "ok" and row["world_size"] == 3 and row["procs_per_node"] == [1, 2]

@@ -101,3 +101,19 @@ def test_ssh_refuses_an_unknown_host_key_before_starting(loopback_sshd, tmp_path
     assert proc.returncode == 2
     assert "Host key verification failed" in proc.stderr
     assert not results.exists()
+
+
+def test_uneven_nodes_over_ssh(loopback_sshd, tmp_path):
+    """The lab's own cluster shape, 1+2: one process on the first host, two on the second;
+    global ranks contiguous per node, and the table counts the devices."""
+    results = tmp_path / "runs.jsonl"
+    proc = run_matrix("--launcher", "ssh", "--hosts", HOSTS, "--runtime", "native",
+                      "--ssh-config", str(loopback_sshd / "ssh_config"), "--topologies", "1+2",
+                      "--batch-sizes", "8", "--results", str(results), *WORKLOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = list(record.read(results))
+    validate(rec)
+    assert rec["status"] == "ok" and rec["world_size"] == 3 and rec["nnodes"] == 2
+    assert rec["procs_per_node"] == [1, 2] and rec["matrix"]["topology"] == "1+2"
+    assert [(r["rank"], r["node_rank"]) for r in rec["env"]["ranks"]] == [(0, 0), (1, 1), (2, 1)]
+    assert rec["global_batch_size"] == 3 * 8

@@ -32,3 +32,39 @@ def test_bad_spellings_name_the_flag_and_the_fix(parse, text, hint):
 def test_formats_read_back():
     assert format_size(64 * 2**20) == "64 MiB" and format_size(1536) == "1.5 KiB"
     assert format_rate(5 * 10**9) == "5 Gbit/s" and tc_rate(5 * 10**9) == "5gbit"
+
+
+def test_uneven_topologies_parse_and_print():
+    from bench.topology import Topology, parse_list
+
+    lab = Topology.parse("1+1+2")
+    assert (lab.nodes, lab.devices, lab.counts, str(lab)) == (3, 4, (1, 1, 2), "1+1+2")
+    assert [lab.procs_on(i) for i in range(3)] == [1, 1, 2] and lab.uneven
+    assert Topology.parse("2+2") == Topology.parse("2x2"), "even counts are NxG"
+    assert [str(t) for t in parse_list("1x1,1+2")] == ["1x1", "1+2"]
+    record_topology = Topology.of_record({"nnodes": 2, "nproc_per_node": 1,
+                                          "procs_per_node": [1, 2]})
+    assert record_topology == Topology.parse("1+2")
+    assert Topology.of_record({"nnodes": 2, "nproc_per_node": 4}) == Topology(2, 4)
+
+
+@pytest.mark.parametrize("text", ["1+0", "1++2", "1+x", "+1", "1+65", "1+2+" ])
+def test_bad_uneven_topologies_are_refused(text):
+    from bench.options import ConfigError
+    from bench.topology import Topology
+
+    with pytest.raises(ConfigError, match="--topologies"):
+        Topology.parse(text)
+
+
+def test_uneven_nodes_get_their_own_gpus_and_process_counts(tmp_path):
+    from bench import gpus
+    from bench.launchers import native
+    from bench.topology import Topology
+
+    lab = Topology.parse("1+1+2")
+    assert gpus.assign(lab, ["0", "1", "2", "3"]) == ["0", "1", "2,3"]
+    commands = native.commands(lab, ["--steps", "1"], master_port=29500, job_id="j",
+                               results=tmp_path / "r.jsonl", rdzv_timeout=60)
+    procs = [c.argv[c.argv.index("--nproc_per_node") + 1] for c in commands]
+    assert procs == ["1", "1", "2"]

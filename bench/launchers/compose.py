@@ -44,7 +44,7 @@ class ComposeJob:
     profile: str                 # cpu or gpu
     env_file: Path
     nnodes: int
-    nproc_per_node: int
+    nproc_per_node: int | tuple[int, ...]   # one count, or one per node (uneven nodes)
     trainer_args: list[str]
     results_dir: Path
     results_name: str
@@ -71,7 +71,9 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str,
     commands = []
     for rank in ranks:
         env = contract.node_env(
-            nnodes=job.nnodes, node_rank=rank, nproc_per_node=job.nproc_per_node,
+            nnodes=job.nnodes, node_rank=rank,
+            nproc_per_node=job.nproc_per_node[rank] if isinstance(job.nproc_per_node, tuple)
+            else job.nproc_per_node,
             master_addr=job.master_addr, master_port=job.master_port,
             rdzv_timeout=job.rdzv_timeout, job_id=job_id, module=job.module,
             workload_args=job.trainer_args, results_dir=str(job.results_dir.resolve()),
@@ -142,7 +144,7 @@ class ComposeLauncher:
         results_dir = job.results.parent
         return ComposeJob(
             profile=options.profile, env_file=options.env_file, nnodes=job.topology.nodes,
-            nproc_per_node=job.topology.procs, trainer_args=list(job.workload_args),
+            nproc_per_node=job.topology.counts, trainer_args=list(job.workload_args),
             results_dir=results_dir, results_name=job.results.name, image=options.image,
             master_port=job.master_port, deadline_s=job.deadline_s, module=job.module,
             rdzv_timeout=job.rdzv_timeout,

@@ -14,10 +14,14 @@ from bench.topology import Topology
 def torchrun_argv(topology: Topology, node_rank: int | str, *, master_addr: str,
                   master_port: int | str, rdzv_timeout: int, job_id: str, results: str,
                   trainer_args: list[str], python: str = sys.executable,
-                  module: str = "bench.train") -> list[str]:
-    """One node's torchrun command (``bench.contract.torchrun_argv``) for a topology."""
+                  module: str = "bench.train", nproc: int | str | None = None) -> list[str]:
+    """One node's torchrun command (``bench.contract.torchrun_argv``) for a topology.
+    ``nproc``: the node's process count where the caller knows it only on the node (a
+    shell variable); by default the topology's count for ``node_rank``."""
     return contract.torchrun_argv(nnodes=topology.nodes, node_rank=node_rank,
-                                  nproc_per_node=topology.procs, master_addr=master_addr,
+                                  nproc_per_node=topology.procs_on(int(node_rank))
+                                  if nproc is None else nproc,
+                                  master_addr=master_addr,
                                   master_port=master_port, rdzv_timeout=rdzv_timeout,
                                   job_id=job_id, module=module, results=results,
                                   workload_args=trainer_args, python=python)

@@ -35,7 +35,7 @@ def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_por
         job = node.rank < topology.nodes
         # A neighbour is a one-node job of its own, on its own port.
         argv = native.torchrun_argv(
-            topology if job else Topology(1, topology.procs), node.rank if job else 0,
+            topology if job else Topology(1, topology.procs_on(0)), node.rank if job else 0,
             master_addr=lab.master_addr if job else node.address,
             master_port=master_port if job else master_port + 1 + node.rank,
             rdzv_timeout=rdzv_timeout, job_id=job_id if job else f"{job_id}-n{node.rank}",
@@ -43,7 +43,7 @@ def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_por
             trainer_args=args, module=module)
         # The node's CPUs are shared by its processes; torch would otherwise start a thread
         # per CPU of the machine in each.
-        threads = max(1, len(node.cpus) // topology.procs)
+        threads = max(1, len(node.cpus) // topology.procs_on(min(node.rank, topology.nodes - 1)))
         out.append(NodeCommand(node.rank, f"node{node.rank}" if job else
                                f"neighbour{node.rank}", node.wrap(argv),
                                {**env, "OMP_NUM_THREADS": str(threads)}))

@@ -45,7 +45,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Values known only on each node, put into the task line as shell variables. (A Compose
 # project name is lower-cased, placeholder included.)
 _PLACEHOLDERS = {"@NODE_RANK@": '"$SLURM_NODEID"', "@node_rank@": '"$SLURM_NODEID"',
-                 "@MASTER_ADDR@": '"$MASTER_ADDR"', "@MASTER_PORT@": '"$MASTER_PORT"'}
+                 "@MASTER_ADDR@": '"$MASTER_ADDR"', "@MASTER_PORT@": '"$MASTER_PORT"',
+                 "@NPROC@": '"${procs[$SLURM_NODEID]}"'}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,7 +112,7 @@ def script(options: SlurmOptions, job: JobSpec) -> str:
                  f"--container-workdir={directory}"]
     return "\n".join([
         "#!/bin/bash",
-        f"# bench job {job.job_id}: {nodes} node(s) x {job.topology.procs} process(es), "
+        f"# bench job {job.job_id}: {nodes} node(s), processes per node {job.topology}, "
         f"{job.module} ({options.runtime} runtime). Submit with: sbatch THIS_FILE",
         *header,
         "set -euo pipefail",
@@ -148,12 +149,14 @@ def _task_line(options: SlurmOptions, job: JobSpec, directory: str) -> str:
                                     master_port="@MASTER_PORT@", rdzv_timeout=job.rdzv_timeout,
                                     job_id=job.job_id, results=results,
                                     trainer_args=list(job.workload_args), python=python,
-                                    module=job.module)
+                                    module=job.module, nproc="@NPROC@")
         run = f"{shlex.join(argv)}; rc=$?"
     for placeholder, variable in _PLACEHOLDERS.items():
         run = run.replace(placeholder, variable)
-    return (f'{run}; echo "[bench-slurm] node $SLURM_NODEID ($SLURMD_NODENAME) exited $rc"; '
-            "exit $rc")
+    # Each node's process count, by its SLURM_NODEID (uneven nodes: 1+1+2).
+    counts = " ".join(map(str, job.topology.counts))
+    return (f'procs=({counts}); {run}; '
+            'echo "[bench-slurm] node $SLURM_NODEID ($SLURMD_NODENAME) exited $rc"; exit $rc')
 
 
 def parse_job_state(text: str) -> dict[str, str]:

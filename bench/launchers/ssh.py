@@ -95,7 +95,7 @@ class SshLauncher:
 
         for index, host in enumerate(self.options.hosts):
             gpus = gpu_count(host, self.options.ssh_config)
-            wanted = max((t.procs for t in topologies if t.nodes > index), default=0)
+            wanted = max((t.procs_on(index) for t in topologies if t.nodes > index), default=0)
             if gpus is not None and wanted > gpus:
                 raise ConfigError("--topologies", f"...x{wanted}",
                                   f"host {host} has {gpus} GPU(s): at most {index + 1}x{gpus} "
@@ -147,7 +147,9 @@ def _compose_lines(options: SshOptions, job: JobSpec, directory: str, master: st
     env_file = options.env_file or Path(directory) / "compose" / ".env"
     project = contract.project_name(job.job_id, rank)
     node_env = {**env, **contract.node_env(
-        nnodes=job.topology.nodes, node_rank=rank, nproc_per_node=job.topology.procs,
+        nnodes=job.topology.nodes, node_rank=rank,
+        # On Slurm the rank is a shell variable, and so is the node's count.
+        nproc_per_node=job.topology.procs_on(rank) if isinstance(rank, int) else "@NPROC@",
         master_addr=master, master_port=job.master_port, rdzv_timeout=job.rdzv_timeout,
         job_id=job.job_id, module=job.module, workload_args=list(job.workload_args),
         results_dir=str(results_dir),
