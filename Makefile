@@ -160,7 +160,7 @@ pick_image = image=$$MK_IMAGE; [ "$$MK_PROFILE" != cpu ] || image=$$MK_CPU_IMAGE
 define split_bench_args
 import shlex, sys
 from pathlib import Path
-from bench.settings import read_env_file
+from bench.host.settings import read_env_file
 sys.stdout.write("\0".join(shlex.split(read_env_file(Path(sys.argv[1])).get("BENCH_ARGS", ""))))
 endef
 export split_bench_args

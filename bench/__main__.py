@@ -5,19 +5,19 @@ import sys
 
 # verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
 VERBS = {
-    "train": ("bench.train", "train one configuration and append its record (torchrun-able)"),
-    "matrix": ("bench.matrix", "run the batch-size x topology matrix, each repeat a fresh job"),
-    "allreduce": ("bench.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun-able)"),
-    "doctor": ("bench.doctor", "preflight checks of the hosts of a multi-node job"),
-    "compose": ("bench.launchers.compose", "run one job through Compose, a project per node"),
-    "slurm": ("bench.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
-    "table": ("bench.table", "result tables in the layout of a lab's scaling table"),
-    "plot": ("bench.plot", "PNG charts of a results file, saved beside it"),
-    "report": ("bench.report", "the one-page answer beside a results file: .md and .html"),
-    "predict": ("bench.predict", "predict N-node step time and speedup from a 1-node run"),
-    "compare": ("bench.compare", "compare two result sets cell by cell, with a verdict"),
-    "settings": ("bench.settings", "check a node's stack settings before Compose starts"),
-    "dataset": ("bench.dataset", "stage a dataset into the NFS export with a SHA-256 manifest"),
+    "train": ("bench.rank.train", "train one configuration, append its record (torchrun-able)"),
+    "matrix": ("bench.host.matrix", "run the batch-size x topology matrix, a fresh job per repeat"),
+    "allreduce": ("bench.rank.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun)"),
+    "doctor": ("bench.host.doctor", "preflight checks of the hosts of a multi-node job"),
+    "compose": ("bench.host.launchers.compose", "run one job through Compose, a project per node"),
+    "slurm": ("bench.host.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
+    "table": ("bench.analysis.table", "result tables in the layout of a lab's scaling table"),
+    "plot": ("bench.analysis.plot", "PNG charts of a results file, saved beside it"),
+    "report": ("bench.analysis.report", "the one-page answer beside a results file (.md, .html)"),
+    "predict": ("bench.analysis.predict", "predict N-node step time and speedup from a 1-node run"),
+    "compare": ("bench.analysis.compare", "compare two result sets cell by cell, with a verdict"),
+    "settings": ("bench.host.settings", "check a node's stack settings before Compose starts"),
+    "dataset": ("bench.host.dataset", "stage a dataset into the NFS export, with a manifest"),
 }
 
 

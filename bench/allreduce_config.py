@@ -1,7 +1,7 @@
 """The all-reduce sweep's configuration and its arithmetic, torch-free.
 
 The head parses and checks a sweep's flags (bench matrix --workload allreduce) and the
-analysis turns its times into bus bandwidth without importing torch; ``bench.allreduce``
+analysis turns its times into bus bandwidth without importing torch; ``bench.rank.allreduce``
 runs the sweep under torchrun.
 """
 from __future__ import annotations

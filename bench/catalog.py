@@ -1,7 +1,7 @@
 """The models the trainer can run, by name, and the input each takes: the one list.
 
 Torch-free, so the head (matrix, config checks, tables) can name models without importing
-torch; ``bench.models`` builds each of these and must cover exactly this list.
+torch; ``bench.rank.models`` builds each of these and must cover exactly this list.
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Where a number came from: software versions, hardware, nodes, image and git state.
-
-Torch is imported only by what a rank calls (``collect`` with a job's context): the head
-builds a failure row's environment (``collect(None)``) without it.
+"""Where a number came from: git state, CPU, the link, and the shape of the record's
+environment block. Torch-free: a rank adds what only a running torch knows
+(``bench.rank.environment``); the head writes a row's block without it (``collect_head``).
 """
 from __future__ import annotations
 
@@ -11,12 +10,6 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
-
-    from bench.distributed import DistContext
 
 # Environment prefixes whose values change communication behaviour.
 COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
@@ -54,35 +47,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def device_name(device: torch.device) -> str:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return cpu_model()
-
-
-def rank_info(ctx: DistContext) -> dict:
-    """What each rank reports about itself; gathered from all ranks into the record."""
-    return {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
-            "hostname": socket.gethostname(), "device": device_name(ctx.device)}
-
-
-def _cuda_versions() -> dict:
-    import torch
-
-    if not torch.cuda.is_available():
-        return {"cuda": torch.version.cuda, "cudnn": None, "nccl": None, "driver": None}
-    nccl = torch.cuda.nccl.version()
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    return {
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
-        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-        "driver": driver.splitlines()[0] if driver else None,
-    }
-
-
 def link() -> dict | None:
     """The link between the nodes, when the launcher knows it (the emulated-link harness
     shapes it, so it sets BENCH_LINK_RATE in tc's spelling, e.g. 1gbit)."""
@@ -103,35 +67,13 @@ def _installed(package: str) -> str | None:
         return None
 
 
-def collect(ctx: DistContext | None, *, gather: bool = True, on_rank: bool = False) -> dict:
-    """The environment block of the record.
+HEAD_RANKS = [{"rank": None, "local_rank": None, "node_rank": None, "device": None}]
 
-    With ``gather`` it is a collective (every rank must call it) and lists every rank; the
-    failure path calls it without, so a dead peer cannot hang the record of what happened.
-    Without a context (the process group never formed, or the head writes the row of a job
-    that wrote none) nothing imports torch: versions come from the installed packages, and
-    what only a running torch knows (CUDA, cuDNN, NCCL, threads) is null, unless
-    ``on_rank`` says torch is loaded anyway (a rank whose process group did not form).
-    """
-    if ctx is None and not on_rank:  # the head: no torch
-        ranks = [{"rank": None, "local_rank": None, "node_rank": None,
-                  "hostname": socket.gethostname(), "device": None}]
-        versions = {"torch": _installed("torch"), "torchvision": _installed("torchvision"),
-                    "cuda": None, "cudnn": None, "nccl": None, "driver": None,
-                    "torch_threads": None}
-    else:
-        import torch
-        import torchvision
 
-        from bench.distributed import all_gather_objects
-
-        if ctx is None:  # the process group never formed
-            ranks = [{"rank": None, "local_rank": None, "node_rank": None,
-                      "hostname": socket.gethostname(), "device": None}]
-        else:
-            ranks = all_gather_objects(ctx, rank_info(ctx)) if gather else [rank_info(ctx)]
-        versions = {"torch": torch.__version__, "torchvision": torchvision.__version__,
-                    **_cuda_versions(), "torch_threads": torch.get_num_threads()}
+def environment(ranks: list[dict], versions: dict, nproc_per_node: int | None,
+                world_size: int | None) -> dict:
+    """The record's environment block from what the caller knows about the ranks and the
+    software (``bench.rank.environment`` on a rank, ``collect_head`` on the head)."""
     commit, dirty = git_state()
     return {
         "git_commit": commit,
@@ -141,8 +83,8 @@ def collect(ctx: DistContext | None, *, gather: bool = True, on_rank: bool = Fal
         "ranks": ranks,
         "hostnames": sorted({r["hostname"] for r in ranks}),
         "nnodes": len({r["node_rank"] for r in ranks}),
-        "nproc_per_node": ctx.local_world_size if ctx else None,
-        "world_size": ctx.world_size if ctx else None,
+        "nproc_per_node": nproc_per_node,
+        "world_size": world_size,
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
@@ -151,3 +93,16 @@ def collect(ctx: DistContext | None, *, gather: bool = True, on_rank: bool = Fal
         "comm_env": {k: v for k, v in sorted(os.environ.items())
                      if k.startswith(COMM_ENV_PREFIXES)},
     }
+
+
+def no_rank() -> list[dict]:
+    """The ranks of a job whose process group never formed: this host, nothing more."""
+    return [{**HEAD_RANKS[0], "hostname": socket.gethostname()}]
+
+
+def collect_head() -> dict:
+    """The environment of a row the head writes (no node wrote one), without torch:
+    versions from the installed packages; what only a running torch knows is null."""
+    return environment(no_rank(), {
+        "torch": _installed("torch"), "torchvision": _installed("torchvision"), "cuda": None,
+        "cudnn": None, "nccl": None, "driver": None, "torch_threads": None}, None, None)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # One node of a job: torchrun with this node's rank, then the trainer with BENCH_ARGS.
-# The argv is bench.contract.torchrun_argv's (tests/test_contract.py holds the two together).
+# The argv is bench.host.contract.torchrun_argv's (tests/test_contract.py holds the two together).
 # With arguments, runs them instead (e.g. `docker run IMAGE python -m bench --help`).
 set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
@@ -17,4 +17,4 @@ echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), maste
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
   --rdzv-id "${BENCH_JOB_ID:-bench}" --rdzv-conf "timeout=$RDZV_TIMEOUT" \
-  -m "${BENCH_MODULE:-bench.train}" --results "$RESULTS_FILE" ${BENCH_ARGS:-}
+  -m "${BENCH_MODULE:-bench.rank.train}" --results "$RESULTS_FILE" ${BENCH_ARGS:-}

@@ -41,7 +41,7 @@ def _torchrun(nproc: int, port: int) -> list[str]:
 
 
 def trainer_native(a, shared, port, tmp):
-    cmd = _torchrun(a.nproc, port) + ["-m", "bench.train", *shared, "--data", "synthetic",
+    cmd = _torchrun(a.nproc, port) + ["-m", "bench.rank.train", *shared, "--data", "synthetic",
                                       "--log-every", "0", "--results", f"{tmp}/native.jsonl"]
     return _record_rate(_run(cmd, "native trainer"))
 

@@ -52,8 +52,8 @@ class Launch:
 
 def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 300,
            env: dict | None = None, torchrun: bool = True,
-           module: str = "bench.train") -> Launch:
-    """Run the trainer (or another ``module``) as a user would: torchrun -m bench.train ..."""
+           module: str = "bench.rank.train") -> Launch:
+    """Run the trainer (or another ``module``) as a user would: torchrun -m bench.rank.train ..."""
     base = [sys.executable, "-m"]
     if torchrun:
         base += ["torch.distributed.run", "--nproc_per_node", str(nproc),
@@ -103,7 +103,7 @@ def docker_engine() -> list[str]:
     """The Compose command, once the Docker daemon is known to answer."""
     ok = subprocess.run(["docker", "info"], capture_output=True).returncode == 0
     _require(ok, "the Docker daemon does not answer: `make docker` starts it")
-    from bench.contract import compose_command
+    from bench.host.contract import compose_command
 
     return compose_command()
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-from bench import allreduce
-from bench.allreduce import AllreduceConfig, bandwidths, bus_factor, message_sizes
 from bench.options import ConfigError
+from bench.rank import allreduce
+from bench.rank.allreduce import AllreduceConfig, bandwidths, bus_factor, message_sizes
 from tests.conftest import REPO, free_port, launch, validate
 
 
@@ -77,7 +77,7 @@ def test_bad_settings_are_one_line_and_exit_2(argv, flag, tmp_path):
 def test_two_rank_sweep_records_checked_sizes(tmp_path):
     results = tmp_path / "comm.jsonl"
     run = launch(["--max-size", "1MiB", "--iters", "3", "--warmup-iters", "1"], results,
-                 nproc=2, module="bench.allreduce")
+                 nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0, run.stderr
     (rec,) = run.records
     validate(rec)

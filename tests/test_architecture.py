@@ -11,13 +11,20 @@ import pytest
 
 from conftest import REPO
 
-HOST_AND_ANALYSIS = [
-    "matrix", "launchers", "launchers.native", "launchers.compose", "launchers.ssh",
-    "launchers.netns", "launchers.slurm", "doctor", "settings", "netlab", "dataset",
-    "contract", "gpus", "slurm_script", "table", "plot", "compare", "predict",
-    "prediction", "report", "doctor_slurm", "checks",
-    "config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
-    "allreduce_config", "failures", "outcome", "provenance", "devices", "manifest"]
+
+def _modules(package: str) -> list[str]:
+    """Every module of a package, by walking its files (importing it could import torch)."""
+    root = REPO / "bench"
+    names = []
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(names)
+
+
+CORE = ["config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
+        "allreduce_config", "devices", "manifest", "provenance"]
+HOST_AND_ANALYSIS = _modules("host") + _modules("analysis") + CORE
 # Run first in every process below: any `import torch` then raises ImportError.
 NO_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['torchvision'] = None; "
 
@@ -50,7 +57,7 @@ def test_the_head_writes_a_failure_row_without_torch(tmp_path):
     """A job no node recorded: the head builds its row (config, topology, environment)."""
     code = NO_TORCH + (
         "import json\nfrom bench.config import TrainConfig\nfrom bench.options import on_head\n"
-        "from bench.failures import failure_record\nfrom bench.topology import Topology\n"
+        "from bench.host.failures import failure_record\nfrom bench.topology import Topology\n"
         "with on_head():\n    cfg = TrainConfig.from_args(['--steps', '2'])\n"
         "print(json.dumps(failure_record(cfg, Topology(2, 1))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from bench.config import TrainConfig
-from bench.train import main
+from bench.rank.train import main
 from conftest import REPO
 
 

@@ -8,9 +8,9 @@ import shlex
 
 import yaml
 
-from bench import contract
-from bench.launchers import native
-from bench.settings import INTERPOLATED
+from bench.host import contract
+from bench.host.launchers import native
+from bench.host.settings import INTERPOLATED
 from bench.topology import Topology
 from conftest import REPO
 
@@ -82,9 +82,30 @@ def test_the_settings_file_documents_what_a_user_sets():
 def test_node_env_is_the_contract_vocabulary():
     env = contract.node_env(nnodes=2, node_rank=1, nproc_per_node=4, master_addr="10.0.0.1",
                             master_port=29500, rdzv_timeout=60, job_id="j1",
-                            module="bench.train", workload_args=["--steps", "2 3"],
+                            module="bench.rank.train", workload_args=["--steps", "2 3"],
                             results_dir="/r", results_name="x.jsonl", gpus="4,5,6,7",
                             image_id="sha256:1")
     assert set(env) == set(contract.NODE_VARIABLES)
     assert shlex.split(env["BENCH_ARGS"]) == ["--steps", "2 3"]
     assert contract.project_name("AbC-1", 2) == "bench-abc-1-node2"
+
+
+def test_the_workloads_a_node_accepts_are_the_matrixs():
+    from bench.host.matrix import WORKLOADS
+    from bench.host.settings import WORKLOAD_MODULES
+
+    assert set(WORKLOADS.values()) == set(WORKLOAD_MODULES)
+    assert f"BENCH_MODULE={WORKLOADS['train']}" in ENV_EXAMPLE
+
+
+def test_an_old_module_name_says_where_it_moved():
+    import pytest as _pytest
+
+    from bench.host.settings import NodeSettings, load
+    from bench.options import ConfigError
+
+    values = load(REPO / "compose" / ".env.example")
+    values["BENCH_MODULE"] = "bench.train"
+    with _pytest.raises(ConfigError, match="BENCH_MODULE=bench.train: it moved: "
+                                           "bench.rank.train"):
+        NodeSettings.parse(values, "cpu")

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench import data
+from bench.rank import data
 
 
 def _per_sample(image: torch.Tensor, channels: int, size: int) -> torch.Tensor:

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from bench import doctor
-from bench.checks import FAIL, PASS, WARN
+from bench.host import doctor
+from bench.host.checks import FAIL, PASS, WARN
 
 
 class ScriptedDoctor(doctor.Doctor):

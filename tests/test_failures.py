@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.failures import NO_RECORD, describe_failure, failure_cause
-from bench.outcome import JobOutcome, NodeOutcome
+from bench.host.failures import NO_RECORD, describe_failure, failure_cause
+from bench.host.outcome import JobOutcome, NodeOutcome
 
 TORCHRUN_BANNER = [
     "Traceback (most recent call last):",
     '  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main',
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     "============================================================",
-    "bench.train FAILED",
+    "bench.rank.train FAILED",
     "------------------------------------------------------------",
     "Failures:",
     "  <NO_OTHER_FAILURES>",
@@ -82,7 +82,7 @@ def test_a_deadline_is_a_timeout_with_the_last_output():
 
 
 def test_the_root_cause_is_not_the_node_that_only_lost_its_peer():
-    from bench.launchers.nodes import root_cause
+    from bench.host.launchers.nodes import root_cause
 
     lost = NodeOutcome(0, "node0", 1, [], ["step 2/9", "RuntimeError: Connection closed by "
                                            "peer [127.0.0.1]:5000", "ChildFailedError"])

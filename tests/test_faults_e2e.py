@@ -34,7 +34,7 @@ def _rank0_worker(job_marker: str) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        is_worker = b"bench.train" in cmdline and b"torch.distributed.run" not in cmdline
+        is_worker = b"bench.rank.train" in cmdline and b"torch.distributed.run" not in cmdline
         if is_worker and b"RANK=0" in environ and job_marker.encode() in b" ".join(environ):
             return int(entry.name)
     return None
@@ -93,7 +93,7 @@ def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, com
 
 
 def test_an_unwritable_log_does_not_hang_the_job(tmp_path):
-    from bench.launchers.nodes import NodeCommand, run_nodes
+    from bench.host.launchers.nodes import NodeCommand, run_nodes
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from bench import gpus
-from bench.launchers.native import own_gpus
-from bench.launchers.nodes import NodeCommand
+from bench.host import gpus
+from bench.host.launchers.native import own_gpus
+from bench.host.launchers.nodes import NodeCommand
 from bench.options import ConfigError
 from bench.topology import Topology
 from conftest import REPO

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import doctor
-from bench.launchers import ssh
-from bench.launchers.base import JobSpec
+from bench.host import doctor
+from bench.host.launchers import ssh
+from bench.host.launchers.base import JobSpec
 from bench.options import ConfigError
 from bench.topology import (
     MAX_NODES,
@@ -180,7 +180,7 @@ def test_the_launcher_puts_dashdash_before_every_host(monkeypatch, tmp_path):
         options = ssh.SshOptions(hosts=hosts, remote_dir="/srv/bench", runtime=runtime,
                                  profile="cpu", results_root=tmp_path, env_file=EXAMPLE_ENV,
                                  image="bench-trainer:cpu")
-        job = JobSpec(job_id="job1", module="bench.train", workload_args=("--steps", "1"),
+        job = JobSpec(job_id="job1", module="bench.rank.train", workload_args=("--steps", "1"),
                       topology=Topology(2, 1), master_port=29511, rdzv_timeout=60,
                       results=tmp_path / "logs" / "trainer.jsonl", log_dir=tmp_path / "logs",
                       deadline_s=10.0)

@@ -32,7 +32,7 @@ def test_the_ib_variant_adds_the_hcas_and_memory_locking(compose_variant):
     # Everything else is the GPU trainer's: GPUs, host networking, memlock.
     assert ib["network_mode"] == "host"
     assert ib["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert ib["environment"]["BENCH_MODULE"] == "bench.train"
+    assert ib["environment"]["BENCH_MODULE"] == "bench.rank.train"
 
 
 @pytest.mark.parametrize("profile, service", [("gpu", "trainer"), ("cpu", "trainer-cpu")])

@@ -69,7 +69,7 @@ def test_a_manifest_entry_outside_the_dataset_is_refused(tmp_path, name):
 
 
 def test_staging_with_a_bad_source_leaves_the_export_untouched(tmp_path, capsys):
-    from bench.dataset import main
+    from bench.host.dataset import main
 
     export = tmp_path / "export"
     (export / "fashion-mnist").mkdir(parents=True)

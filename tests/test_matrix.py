@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from bench import matrix, record
-from bench.compare import verdict
+from bench import record
+from bench.analysis.compare import verdict
+from bench.analysis.table import render
+from bench.host import matrix
 from bench.options import ConfigError
-from bench.table import render
 from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
 from conftest import REPO, run_matrix, validate
 

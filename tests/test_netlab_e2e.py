@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import netlab, record
+from bench import record
+from bench.host import netlab
 from tests.conftest import REPO, _require
 
 LINK_GBPS = 0.125   # 1 Gbit/s in GB/s

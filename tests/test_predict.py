@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.prediction import Link, Timeline, levers, predict_step, scaling
+from bench.analysis.prediction import Link, Timeline, levers, predict_step, scaling
 from tests.conftest import REPO
 
 GBIT = Link.nominal(1_000_000_000)          # 125e6 bytes/s, no latency
@@ -246,7 +246,7 @@ def test_cli_moves_a_measured_link_to_the_planned_rate(tmp_path):
 
 
 def test_the_median_repeat_stands_for_the_setup():
-    from bench.predict import single_node_runs
+    from bench.analysis.predict import single_node_runs
 
     repeats = [_record(1, "none", 1.0, rate) for rate in (90.0, 60.0, 80.0, 85.0)]
     (chosen,) = single_node_runs(repeats).values()

@@ -296,7 +296,7 @@ def _matrix_args(results: Path) -> list[str]:
 
 
 def test_matrix_resume_counts_the_valid_record_among_bad_lines(tmp_path):
-    from bench.matrix import MatrixConfig, cell_key, finished_repeats
+    from bench.host.matrix import MatrixConfig, cell_key, finished_repeats
     from bench.topology import Topology
 
     path = tmp_path / "runs.jsonl"
@@ -315,7 +315,7 @@ def test_matrix_resume_counts_the_valid_record_among_bad_lines(tmp_path):
 
 
 def test_matrix_resume_warns_about_every_line_of_a_file_with_no_valid_record(tmp_path, capsys):
-    from bench.matrix import finished_repeats
+    from bench.host.matrix import finished_repeats
 
     path = _only_bad(tmp_path / "runs.jsonl")
     assert finished_repeats(path) == {}
@@ -400,7 +400,7 @@ def test_an_unreadable_file_is_one_line_and_exit_2(verb, files, monkeypatch, cap
     monkeypatch.setattr(record, "open", guarded_open, raising=False)
     argv = {"table": [denied], "compare": [good, denied], "plot": [denied, "--out-dir", out],
             "predict": [denied, "--link", "1gbit"]}[verb]
-    code = importlib.import_module(f"bench.{verb}").main([str(a) for a in argv])
+    code = importlib.import_module(f"bench.analysis.{verb}").main([str(a) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert f"{denied}: cannot be read (Permission denied)" in err[0]

@@ -8,7 +8,7 @@ import pytest
 
 from bench import record
 from bench.devices import DEVICES, NO_PEAK, device_key, job_peak, peak_tflops
-from bench.summary import percentile
+from bench.rank.summary import percentile
 
 PER_WRITER = 300
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from bench import record, report
+from bench import record
+from bench.analysis import report
 from conftest import IN_CI, REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"

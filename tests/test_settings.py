@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-from bench import settings as settings_module
-from bench.options import ConfigError
-from bench.settings import (
+from bench.host import settings as settings_module
+from bench.host.settings import (
     INTERPOLATED,
     NodeSettings,
     check_data_volume,
@@ -20,6 +19,7 @@ from bench.settings import (
     load,
     read_env_file,
 )
+from bench.options import ConfigError
 from conftest import EXAMPLE_ENV, REPO, free_port
 
 EXAMPLE = EXAMPLE_ENV

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.failures import describe_failure
-from bench.launchers import native, slurm
-from bench.launchers.base import JobSpec
+from bench.host.failures import describe_failure
+from bench.host.launchers import native, slurm
+from bench.host.launchers.base import JobSpec
+from bench.host.outcome import JobOutcome, NodeOutcome
 from bench.options import ConfigError
-from bench.outcome import JobOutcome, NodeOutcome
 from bench.topology import Topology
 from conftest import REPO
 
@@ -22,7 +22,7 @@ HOSTILE_ARGS = ("--steps", "2", "--data-dir", "/data/it's a \"dir\" $(touch pwne
 
 
 def _job(tmp_path: Path, nodes: int = 2, procs: int = 1, args=HOSTILE_ARGS) -> JobSpec:
-    return JobSpec(job_id="m1-c1r1", module="bench.train", workload_args=tuple(args),
+    return JobSpec(job_id="m1-c1r1", module="bench.rank.train", workload_args=tuple(args),
                    topology=Topology(nodes, procs), master_port=29500, rdzv_timeout=60,
                    results=tmp_path / "logs" / "trainer.jsonl", log_dir=tmp_path / "logs",
                    deadline_s=600)

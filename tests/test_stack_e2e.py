@@ -236,7 +236,7 @@ def test_nfs_settings_are_the_values_compose_uses(docker_engine, tmp_path):
     comments, ${VAR:-default}, quoted values spanning lines (tests/test_settings.py)."""
     from test_settings import TRICKY_ENV, TRICKY_EXPECTED
 
-    from bench.settings import INTERPOLATED, load
+    from bench.host.settings import INTERPOLATED, load
 
     env_file = tmp_path / "node.env"
     env_file.write_text(EXAMPLE_ENV.read_text() + TRICKY_ENV)

@@ -9,10 +9,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bench import distributed, loop
-from bench import traffic as traffic_module
-from bench.clock import StepClock
 from bench.config import DistributedConfig
+from bench.rank import distributed, loop
+from bench.rank import traffic as traffic_module
+from bench.rank.clock import StepClock
 
 
 class CountingClock(StepClock):

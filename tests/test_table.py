@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from bench.table import render
+from bench.analysis.table import render
 from conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
@@ -48,7 +48,7 @@ def test_a_gpu_table_keeps_its_labels_and_the_one_device_baseline():
 
 
 def test_compare_names_what_each_side_ran_on():
-    from bench.compare import side
+    from bench.analysis.compare import side
 
     records = fixture_records(64)
     for rec in records[:2]:

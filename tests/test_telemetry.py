@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from bench import telemetry
+from bench.rank import telemetry
 from conftest import REPO
 
 

@@ -7,8 +7,9 @@ import time
 import pytest
 import torch
 
-from bench import manifest, train
-from bench.loop import Trainer
+from bench import manifest
+from bench.rank import train
+from bench.rank.loop import Trainer
 from conftest import dump, free_port, launch, validate
 
 pytestmark = pytest.mark.e2e

@@ -58,8 +58,8 @@ def test_bad_uneven_topologies_are_refused(text):
 
 
 def test_uneven_nodes_get_their_own_gpus_and_process_counts(tmp_path):
-    from bench import gpus
-    from bench.launchers import native
+    from bench.host import gpus
+    from bench.host.launchers import native
     from bench.topology import Topology
 
     lab = Topology.parse("1+1+2")

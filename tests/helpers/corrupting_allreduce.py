@@ -7,7 +7,7 @@ import sys
 
 import torch.distributed as dist
 
-from bench import allreduce
+from bench.rank import allreduce
 
 CORRUPT_RANK, CORRUPT_INDEX = 1, 5
 

@@ -1,0 +1,1 @@
+"""Analysis: records in, tables, plots, comparisons and predictions out; no torch."""

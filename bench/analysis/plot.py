@@ -1,0 +1,201 @@
+"""``python -m bench plot FILE``: PNG charts beside the results file, one set per workload.
+
+- ``<stem>-<workload>-metric.png``: samples/s (or total time) against batch size, a line per
+  topology, medians with the repeats' min-max as error bars;
+- ``<stem>-<workload>-efficiency.png``: scaling efficiency against device count, a line per
+  batch size (100% is linear scaling);
+- ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology.
+
+`bench table` links the plots it finds beside a results file.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from bench import record
+from bench.analysis.table import FIELDS, device_of, metric_of, setup_label
+from bench.config import OneLineErrorParser
+from bench.options import ConfigError
+from bench.topology import Topology
+
+WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
+
+
+def _slug(values: tuple) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(str(v) for v in values)).strip("-")
+
+
+def _cells(records: list[dict]) -> dict[tuple, dict[tuple[int, Topology], list[float]]]:
+    """workload -> (batch, topology) -> metric values of ok runs."""
+    out: dict[tuple, dict[tuple[int, Topology], list[float]]] = {}
+    for rec in records:
+        field = metric_of(rec.get("mode", "steps"))[0]
+        if rec.get("status") != "ok" or not rec.get(field):
+            continue
+        workload = tuple(FIELDS[f](rec) for f in WORKLOAD)
+        cell = (rec["batch_size_per_device"],
+                Topology.of_record(rec))
+        out.setdefault(workload, {}).setdefault(cell, []).append(rec[field])
+    return out
+
+
+def plot(results: Path, out_dir: Path | None = None,
+         records: list[dict] | None = None) -> list[Path]:
+    """The charts of ``records`` (default: the valid ones of ``results``), named after
+    ``results`` and saved in ``out_dir`` (default: beside it)."""
+    records = record.load(results) if records is None else records
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    out_dir = out_dir or results.parent
+    made = []
+    training = record.training(records)
+    gpu_workloads = {tuple(FIELDS[f](r) for f in WORKLOAD) for r in training
+                     if device_of(r) != "cpu"}
+    for workload, cells in _cells(training).items():
+        cpu = workload not in gpu_workloads
+        _, name, higher_better = metric_of(workload[2])
+        title = " · ".join(str(v) for v in workload)
+        batches = sorted({b for b, _ in cells})
+        topologies = sorted({t for _, t in cells}, key=lambda t: (t.devices, t.nodes))
+        median = {k: statistics.median(v) for k, v in cells.items()}
+        stem = out_dir / f"{results.stem}-{_slug(workload)}"
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for topology in topologies:
+            xs = [b for b in batches if (b, topology) in cells]
+            ys = [median[(b, topology)] for b in xs]
+            low = [y - min(cells[(b, topology)]) for b, y in zip(xs, ys, strict=True)]
+            high = [max(cells[(b, topology)]) - y for b, y in zip(xs, ys, strict=True)]
+            ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3,
+                        label=f"{topology} ({setup_label(topology, cpu)})")
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set(xlabel="batch size per device", ylabel=name, title=title)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.grid(alpha=0.3)
+        ax.legend()
+        made.append(_save(fig, f"{stem}-metric.png"))
+
+        # Scaling inside one node and across nodes are separate lines from the same 1x1
+        # start: joining 1x2 to 2x1 (both 2 devices) would draw a meaningless segment.
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for index, batch in enumerate(batches):
+            base = median.get((batch, Topology(1, 1)))
+            if base is None:
+                continue
+            for across, style in ((False, "-"), (True, "--")):
+                points = []
+                for topology in topologies:
+                    in_series = topology.devices == 1 or (topology.nodes > 1) == across
+                    if (batch, topology) not in median or not in_series:
+                        continue
+                    speedup = median[(batch, topology)] / base
+                    speedup = speedup if higher_better else 1 / speedup
+                    points.append((topology.devices, 100 * speedup / topology.devices,
+                                   str(topology)))
+                if len(points) < 2:
+                    continue
+                ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o",
+                        color=colours[index % len(colours)],
+                        label=f"batch {batch}, {'across nodes' if across else 'one node'}")
+                for x, y, label in points[1:]:
+                    ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4),
+                                fontsize=8)
+        devices = sorted({t.devices for t in topologies})
+        ax.axhline(100, color="grey", linestyle=":", linewidth=1)
+        ax.set_xticks(devices, [str(d) for d in devices])
+        ax.set(xlabel="devices", ylabel="scaling efficiency % (100 = linear)", title=title)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # no line without a 1x1 run and another
+            ax.legend()
+        made.append(_save(fig, f"{stem}-efficiency.png"))
+
+        fig, ax = plt.subplots(figsize=(1.6 * len(topologies) + 3, 0.7 * len(batches) + 2))
+        grid = [[median.get((b, t), float("nan")) for t in topologies] for b in batches]
+        image = ax.imshow(grid, cmap="viridis" if higher_better else "viridis_r", aspect="auto")
+        ax.set_xticks(range(len(topologies)), [str(t) for t in topologies])
+        ax.set_yticks(range(len(batches)), [str(b) for b in batches])
+        ax.set(xlabel=f"topology (nodes x {'processes' if cpu else 'GPUs'})",
+               ylabel="batch size per device", title=title)
+        middle = (image.norm.vmin + image.norm.vmax) / 2
+        for i, row in enumerate(grid):
+            for j, value in enumerate(row):
+                if value == value:  # not NaN
+                    bright = (value > middle) == higher_better
+                    ax.text(j, i, f"{value:.3g}", ha="center", va="center", fontsize=9,
+                            color="black" if bright else "white")
+        fig.colorbar(image, ax=ax, label=name)
+        made.append(_save(fig, f"{stem}-heatmap.png"))
+    sweeps = [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
+              and r.get("sizes")]
+    if sweeps:
+        made.append(plot_busbw(sweeps, out_dir / f"{results.stem}-allreduce-busbw.png"))
+    return made
+
+
+def plot_busbw(sweeps: list[dict], path: Path) -> Path:
+    """busbw against message size, one line per sweep, with each emulated link's rate."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rates = set()
+    for rec in sweeps:
+        link = (rec.get("env") or {}).get("link")
+        label = f"{rec['nnodes']}x{rec['nproc_per_node']} {rec['backend']}" + \
+            (f" @ {link['rate']}" if link else "")
+        ax.plot([row["size_bytes"] for row in rec["sizes"]],
+                [row["busbw_GBps"] * 8 for row in rec["sizes"]], marker=".", label=label)
+        if link:
+            rates.add(link["rate_bps"])
+    for rate in sorted(rates):
+        ax.axhline(rate / 1e9, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (Gbit/s)")
+    ax.set_title("all-reduce bus bandwidth (dotted: link rate)")
+    ax.legend(fontsize=8)
+    return _save(fig, str(path))
+
+
+def _save(fig, path: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def main(argv: list[str] | None = None, prog: str = "bench plot") -> int:
+    parser = OneLineErrorParser(prog=prog, description=__doc__)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--out-dir", type=Path, help="default: beside the results file")
+    args = parser.parse_args(argv)
+    try:
+        # The file must hold a valid record; invalid lines are skipped with a warning.
+        records = record.load(args.results)
+        if args.out_dir is not None and not args.out_dir.is_dir():
+            raise ConfigError("--out-dir", args.out_dir, "is not a directory: create it or "
+                              "leave --out-dir out to save beside the results")
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    made = plot(args.results, args.out_dir, records)
+    if not made:
+        print(f"{prog}: no ok records to plot in {args.results}", file=sys.stderr)
+        return 1
+    for path in made:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

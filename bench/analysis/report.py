@@ -1,0 +1,234 @@
+"""``python -m bench report FILE``: the lab's answer on one page, beside the results file.
+
+Writes ``<results>.md`` and a self-contained ``<results>.html`` (plots embedded): where the
+numbers came from (image, versions, hosts, link), the scaling tables, the plots, the
+communication figures, and a three-line summary: the best throughput, the scaling
+efficiency at the largest topology, and the share of that topology's step spent in
+exposed communication. ``bench matrix`` writes both after every run; ``make report``
+rebuilds them.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import statistics
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from bench import record
+from bench.analysis.table import (
+    CPU_HEADERS,
+    DEFAULT_GROUP_BY,
+    HEADERS,
+    device_of,
+    group_tables,
+    metric_of,
+    render,
+)
+from bench.options import ConfigError
+from bench.topology import Topology
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _topology(rec: dict) -> Topology:
+    return Topology.of_record(rec)
+
+
+def summary(records: list[dict]) -> list[str]:
+    """Three lines that answer the scaling question: the best run, how the setup of that
+    run scales to its largest topology, and how much of that step is communication."""
+    ok = [r for r in record.training(records) if r.get("status") == "ok"]
+    field, unit, higher_better = metric_of(ok[0].get("mode", "steps")) if ok else ("", "", True)
+    ok = [r for r in ok if r.get(field)]
+    if not ok:
+        return ["no run finished ok: see the status column and the job logs"]
+    best = (max if higher_better else min)(ok, key=lambda r: r[field])
+    devices = "CPU processes" if device_of(best) == "cpu" else "GPUs"
+    one = "CPU process" if device_of(best) == "cpu" else "GPU"
+    by_topology: dict[Topology, list[float]] = {}
+    for rec in ok:
+        if _same_setup(rec, best):
+            by_topology.setdefault(_topology(rec), []).append(rec[field])
+    order = sorted(by_topology, key=lambda t: (t.devices, t.nodes))
+    base, largest = order[0], order[-1]
+    count = _topology(best).devices
+    lines = [f"best {unit}: {best[field]:.1f} on {_topology(best)} "
+             f"({count} {one if count == 1 else devices}), {best['config']['model']['model']}, "
+             f"batch {best['batch_size_per_device']} per device"]
+    if largest == base:
+        lines.append(f"scaling: only {base} was measured for this setup")
+    else:
+        ratio = _median(by_topology[largest]) / _median(by_topology[base])
+        ratio = ratio if higher_better else 1 / ratio
+        efficiency = ratio / (largest.devices / base.devices)
+        lines.append(f"scaling at the largest topology, {largest} ({largest.devices} "
+                     f"{devices}): {ratio:.2f}x over {base}, efficiency {efficiency:.0%}")
+    shares = [r["comm_share"] for r in ok if _same_setup(r, best)
+              and _topology(r) == largest and r.get("comm_share") is not None]
+    lines.append(f"exposed communication at {largest}: {_median(shares):.0%} of the step"
+                 if shares else f"exposed communication at {largest}: not measured "
+                 "(a single process, or --comm-probe-steps 0)")
+    return lines
+
+
+def _same_setup(a: dict, b: dict) -> bool:
+    """Same table as ``b``: everything but the topology alike."""
+    keys = ("batch_size_per_device", "mode", "comm_hook")
+    return all(a.get(k) == b.get(k) for k in keys) and \
+        a["config"]["model"] == b["config"]["model"] and \
+        a["config"]["data"]["data"] == b["config"]["data"]["data"]
+
+
+def provenance(records: list[dict]) -> list[tuple[str, str]]:
+    """Where the numbers came from, as (label, value) rows: every distinct value seen."""
+    def distinct(get) -> str:
+        values = sorted({str(v) for r in records if (v := get(r)) not in (None, "", [])})
+        return ", ".join(values) if values else "-"
+
+    env = [r.get("env") or {} for r in records]
+    return [
+        ("image", distinct(lambda r: (r.get("env") or {}).get("image_digest"))),
+        ("git commit", distinct(lambda r: (r.get("env") or {}).get("git_commit"))),
+        ("torch", distinct(lambda r: (r.get("env") or {}).get("torch"))),
+        ("CUDA / NCCL", distinct(lambda r: "/".join(
+            str((r.get("env") or {}).get(k)) for k in ("cuda", "nccl")))),
+        ("devices", distinct(lambda r: ", ".join(sorted({str(x.get("device"))
+                                                         for x in (r.get("env") or {})
+                                                         .get("ranks", [])})))),
+        ("hosts", ", ".join(sorted({h for e in env for h in e.get("hostnames", [])})) or "-"),
+        ("cpu", distinct(lambda r: (r.get("env") or {}).get("cpu_model"))),
+        ("link", distinct(lambda r: ((r.get("env") or {}).get("link") or {}).get("rate"))),
+        ("launcher", distinct(lambda r: (r.get("matrix") or {}).get("launcher"))),
+        ("runs", f"{len(records)} ({sum(r.get('status') == 'ok' for r in records)} ok)"),
+    ]
+
+
+def communication(records: list[dict]) -> list[list[str]]:
+    """Per workload and topology: gradient MB per step, the step's exposed communication
+    share, and the bandwidth that exposed time achieved."""
+    rows = []
+    cells: dict[tuple, list[dict]] = {}
+    for rec in record.training(records):
+        if rec.get("status") == "ok":
+            workload = f"{rec['config']['data']['data']} {rec.get('mode')}"
+            cells.setdefault((workload, _topology(rec)), []).append(rec)
+    for workload, topology in sorted(cells, key=lambda k: (k[0], k[1].devices, k[1].nodes)):
+        cell = cells[(workload, topology)]
+
+        def med(field, cell=cell):
+            return _median([r[field] for r in cell if r.get(field) is not None])
+
+        grad, share, rate = med("grad_bytes_per_step"), med("comm_share"), \
+            med("comm_achieved_GBps")
+        rows.append([workload, str(topology),
+                     f"{grad / 1e6:.1f}" if grad is not None else "-",
+                     f"{share:.0%}" if share is not None else "-",
+                     f"{rate:.2f}" if rate is not None else "-"])
+    return rows
+
+
+COMM_HEADERS = ["workload", "topology", "grad MB/step", "exposed comm share", "achieved GB/s"]
+
+
+def plots(results: Path) -> list[Path]:
+    return sorted(results.parent.glob(f"{results.stem}-*.png"))
+
+
+def markdown(results: Path, records: list[dict], prediction: str | None = None) -> str:
+    training = record.training(records)
+    parts = [f"# {results.name}", "", "## Summary", "",
+             *[f"- {line}" for line in summary(records)], "", "## Where the numbers come from",
+             "", tabulate(provenance(records), headers=["", ""], tablefmt="github"), ""]
+    if training:
+        parts += ["## Scaling tables", "", render(training, "github"), "",
+                  "## Communication", "",
+                  tabulate(communication(records), headers=COMM_HEADERS, tablefmt="github"), ""]
+    if prediction:
+        parts += ["## Prediction", "", "```", prediction.rstrip(), "```", ""]
+    pngs = plots(results)
+    if pngs:
+        parts += ["## Plots", "", *[f"![{p.stem}]({p.name})" for p in pngs], ""]
+    return "\n".join(parts)
+
+
+def to_html(results: Path, records: list[dict], prediction: str | None = None) -> str:
+    """One self-contained page: tables as HTML, plots as data: URIs."""
+    training = record.training(records)
+    esc = html.escape
+    body = [f"<h1>{esc(results.name)}</h1>", "<h2>Summary</h2><ul>",
+            *[f"<li>{esc(line)}</li>" for line in summary(records)], "</ul>",
+            "<h2>Where the numbers come from</h2>",
+            tabulate(provenance(records), tablefmt="html")]
+    if training:
+        body.append("<h2>Scaling tables</h2>")
+        for key, rows, metric, cpu, note in group_tables(training, DEFAULT_GROUP_BY):
+            title = " | ".join(f"{f} {v}" for f, v in zip(DEFAULT_GROUP_BY, key, strict=True))
+            headers = _headers(metric, cpu)
+            body += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
+                     tabulate(rows, headers=headers, tablefmt="html", disable_numparse=True)]
+        body += ["<h2>Communication</h2>",
+                 tabulate(communication(records), headers=COMM_HEADERS, tablefmt="html")]
+    if prediction:
+        body += ["<h2>Prediction</h2>", f"<pre>{esc(prediction)}</pre>"]
+    for png in plots(results):
+        data = base64.b64encode(png.read_bytes()).decode()
+        body.append(f'<figure><img alt="{esc(png.stem)}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{esc(png.stem)}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;max-width:72em;margin:2em auto}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;"
+             "padding:.2em .6em;text-align:right}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{esc(results.name)}"
+            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _headers(metric: str, cpu: bool) -> list[str]:
+    headers = [h.format(metric=metric) for h in HEADERS]
+    return [CPU_HEADERS.get(h, h) for h in headers] if cpu else headers
+
+
+def write(results: Path, records: list[dict] | None = None,
+          prediction: str | None = None) -> tuple[Path, Path]:
+    """Write ``<results>.md`` and ``<results>.html``; returns their paths."""
+    records = record.load(results) if records is None else records
+    from bench.analysis.plot import plot
+
+    plot(results, records=records)  # the page embeds them
+    md, page = results.with_suffix(".md"), results.with_suffix(".html")
+    md.write_text(markdown(results, records, prediction))
+    page.write_text(to_html(results, records, prediction))
+    return md, page
+
+
+def main(argv: list[str] | None = None, prog: str = "bench report") -> int:
+    from bench.config import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--prediction", type=Path,
+                        help="a text file with `bench predict` output to include")
+    args = parser.parse_args(argv)
+    try:
+        records = record.load(args.results, "results")
+        prediction = None
+        if args.prediction is not None:
+            if not args.prediction.is_file():
+                raise ConfigError("--prediction", args.prediction, "no such file")
+            prediction = args.prediction.read_text(errors="replace")
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    md, page = write(args.results, records, prediction)
+    print("\n".join(summary(records)))
+    print(f"report: {md} and {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

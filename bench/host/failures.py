@@ -1,0 +1,120 @@
+"""The row of a job that failed: its status and its real cause, whoever started it.
+
+Every launcher ends in a ``JobOutcome``. When rank 0 wrote a record, the record is the row;
+when no node did (a node died first, rank 0 hung, a container never started), the row is
+built here from the config and the outcome. Either way the row names the node that failed
+first and the line that says why: not torchrun's ``=====`` banner, but the trainer's own
+"FAILED (status): message" line where one was printed, else the last line that reads like
+an error.
+"""
+from __future__ import annotations
+
+import re
+
+from bench import provenance
+from bench.host.outcome import JobOutcome
+from bench.record import STATUSES
+from bench.topology import Topology
+
+# What ``bench.rank.job`` prints on any rank whose measurement failed.
+_FAILED_LINE = re.compile(r"bench (?:train|allreduce): FAILED \((\w+)\): (.*?)"
+                          r"(?:; (?:record appended to|rank 0 writes|could not append).*)?$")
+# Lines that carry no cause: torchrun's ChildFailedError banner and its boilerplate.
+# A user error a rank refused before it could start (``bench.rank.job.main``).
+_USER_ERROR = re.compile(r"(bench (?:train|allreduce): error: .*)$")
+_NOISE = re.compile(r"^\s*(?:=+|-+|Failures:|<NO_OTHER_FAILURES>|Root Cause.*|"
+                    r".*ChildFailedError.*|.*torch\.distributed\.elastic.*|"
+                    r"Traceback \(most recent call last\):|File \".*\", line \d+.*|"
+                    r"\[\d+\]:|time\s*:.*|host\s*:.*|rank\s*:.*|exitcode\s*:.*|"
+                    r"error_file\s*:.*|traceback\s*:.*|.*To enable traceback see.*|"
+                    r"\S+ FAILED)\s*$")
+NO_RECORD = "no node wrote a record"
+_ERRORISH = re.compile(r"Error|error:|Exception|timed out|Timeout|Killed|refused|"
+                       r"No such|not found|denied", re.IGNORECASE)
+
+
+def failure_cause(lines: list[str]) -> tuple[str | None, str]:
+    """(status the trainer reported or None, the most telling line) of a node's output."""
+    for line in reversed(lines):
+        match = _FAILED_LINE.search(line)
+        if match and match.group(1) in STATUSES:
+            return match.group(1), match.group(2).strip()
+    for line in reversed(lines):
+        match = _USER_ERROR.search(line)
+        if match:
+            return "error", match.group(1)
+    meaningful = [line.strip() for line in lines if line.strip() and not _NOISE.match(line)]
+    errorish = [line for line in meaningful if _ERRORISH.search(line)]
+    chosen = errorish[-1] if errorish else (meaningful[-1] if meaningful else "")
+    return None, chosen
+
+
+def failure_record(cfg, topology: Topology) -> dict:
+    """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
+    from bench.allreduce_config import AllreduceConfig
+
+    if isinstance(cfg, AllreduceConfig):
+        from bench.allreduce_config import skeleton
+
+        rec = skeleton(cfg)
+    else:
+        from bench.record import train_skeleton
+
+        rec = train_skeleton(cfg)
+        rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
+                                    * cfg.distributed.grad_accum)
+    rec.update(world_size=topology.devices, nnodes=topology.nodes,
+               nproc_per_node=topology.procs, procs_per_node=list(topology.counts),
+               env=provenance.collect_head())
+    rec["status"], rec["error"] = "error", NO_RECORD
+    return rec
+
+
+# A scheduler's end states that decide the row's status whatever the nodes printed.
+_SCHEDULER_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
+
+
+def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
+    """Name the node that failed first, its status and its real cause, in the record; for a
+    job a scheduler ran, its own end state and reason too."""
+    rec = _describe_nodes(rec, outcome, deadline_s)
+    scheduler = outcome.scheduler
+    if scheduler:
+        said = (f"{scheduler.get('kind', 'scheduler')} job {scheduler.get('job_id')} "
+                f"{scheduler.get('state')}"
+                + (f" ({scheduler['reason']})" if scheduler.get("reason") not in (None, "", "None")
+                   else "")
+                + (f", exit code {scheduler['exit_code']}" if scheduler.get("exit_code") else "")
+                + (f" on {scheduler['nodes']}" if scheduler.get("nodes") else ""))
+        rec["error"] = f"{said}: {rec['error']}" if rec.get("error") else said
+        if scheduler.get("state") in _SCHEDULER_STATUS and not outcome.timed_out:
+            rec["status"] = _SCHEDULER_STATUS[scheduler["state"]]
+        elif rec.get("status") == "ok":
+            rec["status"] = "error"
+    return rec
+
+
+def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
+    node = outcome.culprit
+    if node is None and not outcome.timed_out:  # a scheduler ended it; no node said why
+        rec["status"], rec["error"] = "error", "no node reported a failure"
+        return rec
+    if node is None:  # nobody failed: the deadline stopped them
+        rec["status"] = "timeout"
+        still = [n for n in outcome.nodes if n.returncode != 0]
+        last = next((failure_cause(n.output)[1] for n in still if n.output), "")
+        rec["error"] = (f"the job passed its deadline of {deadline_s:.0f} s"
+                        + (f"; last output: {last[:300]}" if last else ""))
+        return rec
+    status, cause = failure_cause(node.output or node.last_lines)
+    reason = f"{node.host} (node {node.rank}) exited {node.returncode}: {cause[:300]}"
+    # What rank 0's own record said, if it wrote one that failed.
+    trainer_said = rec.get("error") if rec.get("status") != "ok" else None
+    if trainer_said == NO_RECORD:
+        trainer_said = None
+    rec["error"] = f"{reason}; rank 0: {trainer_said}" if trainer_said else reason
+    if trainer_said is None:  # the culprit's own status (timeout, oom) is the row's
+        rec["status"] = status or "error"
+    rec["failed_node"] = {"rank": node.rank, "host": node.host,
+                          "returncode": node.returncode, "last_lines": node.last_lines[-8:]}
+    return rec

@@ -1,0 +1,49 @@
+"""Ways to start a job. The workload does not know which one started it.
+
+Every launcher follows ``bench.host.launchers.base.Launcher``: built from its own options
+section, it renders a ``JobSpec`` as the native job it would start, or launches it.
+``native`` (torchrun on this host), ``compose`` (a Compose project per node on this host),
+``ssh`` (each node on its own host), ``netns`` (each node in its own network namespace
+here, behind an emulated link), ``slurm`` (one Slurm job, one srun task per node).
+"""
+from __future__ import annotations
+
+from bench.host.launchers.base import JobSpec, Launcher, render_commands
+from bench.host.launchers.nodes import JobOutcome, NodeOutcome
+
+LAUNCHERS = ("native", "compose", "ssh", "netns", "slurm")
+
+__all__ = ["LAUNCHERS", "JobSpec", "Launcher", "build", "failed_to_start", "render_commands"]
+
+
+def build(name: str, options) -> Launcher:
+    """The launcher called ``name``, from its options section (checked where it was parsed).
+    Checks that need the host (an image present, root for namespaces) run here, before
+    any job starts."""
+    if name == "native":
+        from bench.host.launchers.native import NativeLauncher
+
+        return NativeLauncher(options)
+    if name == "compose":
+        from bench.host.launchers.compose import ComposeLauncher
+
+        return ComposeLauncher(options)
+    if name == "netns":
+        from bench.host.launchers.netns import NetnsLauncher
+
+        return NetnsLauncher(options)
+    if name == "ssh":
+        from bench.host.launchers.ssh import SshLauncher
+
+        return SshLauncher(options)
+    if name == "slurm":
+        from bench.host.launchers.slurm import SlurmLauncher
+
+        return SlurmLauncher(options)
+    raise ValueError(f"unknown launcher {name!r}")
+
+
+def failed_to_start(host: str, reason: str) -> JobOutcome:
+    """The outcome of a job that never started, for the matrix to record as a failure."""
+    node = NodeOutcome(0, host, 1, [reason], [reason])
+    return JobOutcome([node], timed_out=False, seconds=0.0, culprit=node)

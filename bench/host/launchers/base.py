@@ -1,0 +1,68 @@
+"""The one shape of the host side: a job spec, and launchers that start it.
+
+The matrix schedules and records; a launcher launches; nothing else crosses between them.
+A ``JobSpec`` says what runs (the workload module and its argv), on what topology, on which
+port, where its record goes, and how long it may take. A launcher is built from its own
+options section and does two things with a spec:
+
+- ``render(job)``: the native job it would start (torchrun lines, Compose commands, ssh
+  lines, an sbatch script), as text, without starting anything;
+- ``launch(job)``: start it, wait, stop it whatever happens, and return a ``JobOutcome``.
+
+No torch here: this is the host side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+from typing import Protocol
+
+from bench.host.launchers.nodes import JobOutcome, NodeCommand
+from bench.topology import Topology
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """One job, whoever launches it."""
+
+    job_id: str                      # unique; also finds the job's processes again
+    module: str                      # the workload: bench.rank.train or bench.rank.allreduce
+    workload_args: tuple[str, ...]   # its flags (without --results)
+    topology: Topology
+    master_port: int
+    rdzv_timeout: int                # seconds a node waits for the others to join
+    results: Path                    # the file rank 0 appends the record to
+    log_dir: Path                    # each node's output, and launcher files (scripts)
+    deadline_s: float                # the whole job, start to end
+
+
+class Launcher(Protocol):
+    """What the matrix needs from a launcher."""
+
+    name: str
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        """Checks that need this host or the cluster (an image present, hosts answering,
+        enough GPUs for every topology), before the first job; raises ConfigError or
+        RuntimeError. Rendering needs none of it."""
+        ...
+
+    def render(self, job: JobSpec) -> str:
+        """The native job, readable and runnable by hand; starts nothing."""
+        ...
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        """Run the job to its end (or its deadline) and stop everything it started."""
+        ...
+
+
+def render_commands(commands: list[NodeCommand], cwd: Path | None = None) -> str:
+    """One shell line per node: its env assignments, then its argv, all quoted."""
+    lines = []
+    for command in commands:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((command.env or {}).items()))
+        prefix = f"cd {shlex.quote(str(cwd))} && " if cwd else ""
+        lines.append(f"# {command.host} (node {command.rank})\n"
+                     f"{prefix}{'env ' + env + ' ' if env else ''}{shlex.join(command.argv)}")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""Launch a job natively: one torchrun per node, all on this host (nodes on loopback)."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from bench.host import contract, gpus
+from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.topology import Topology
+
+
+def torchrun_argv(topology: Topology, node_rank: int | str, *, master_addr: str,
+                  master_port: int | str, rdzv_timeout: int, job_id: str, results: str,
+                  trainer_args: list[str], python: str = sys.executable,
+                  module: str = "bench.rank.train", nproc: int | str | None = None) -> list[str]:
+    """One node's torchrun command (``bench.host.contract.torchrun_argv``) for a topology.
+    ``nproc``: the node's process count where the caller knows it only on the node (a
+    shell variable); by default the topology's count for ``node_rank``."""
+    return contract.torchrun_argv(nnodes=topology.nodes, node_rank=node_rank,
+                                  nproc_per_node=topology.procs_on(int(node_rank))
+                                  if nproc is None else nproc,
+                                  master_addr=master_addr,
+                                  master_port=master_port, rdzv_timeout=rdzv_timeout,
+                                  job_id=job_id, module=module, results=results,
+                                  workload_args=trainer_args, python=python)
+
+
+def commands(topology: Topology, trainer_args: list[str], *, master_port: int, job_id: str,
+             results: Path, rdzv_timeout: int,
+             module: str = "bench.rank.train") -> list[NodeCommand]:
+    return [NodeCommand(rank, f"node{rank}", torchrun_argv(
+                topology, rank, master_addr="127.0.0.1", master_port=master_port,
+                rdzv_timeout=rdzv_timeout, job_id=job_id, results=str(results),
+                trainer_args=trainer_args, module=module))
+            for rank in range(topology.nodes)]
+
+
+def own_gpus(commands: list[NodeCommand], topology, args: list[str],
+             visible: list[str]) -> list[NodeCommand]:
+    """Each node simulated on this host gets its own GPUs (bench.host.gpus), in PCI order as
+    nvidia-smi numbers them; a CPU job is left as it is."""
+    if not gpus.wants_gpus(args, visible):
+        return commands
+    blocks = gpus.assign(topology, visible)
+    return [dataclasses.replace(command, env={**(command.env or {}),
+                                              "CUDA_VISIBLE_DEVICES": blocks[command.rank],
+                                              "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+            for command in commands]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class NativeOptions:
+    """--launcher native: every node a torchrun on this host."""
+
+    visible_gpus: tuple[str, ...] = ()   # this host's GPUs, shared out among the nodes
+
+
+class NativeLauncher:
+    name = "native"
+
+    def __init__(self, options: NativeOptions) -> None:
+        self.options = options
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        pass  # the matrix checked the GPUs of this host for every topology
+
+    def commands(self, job: JobSpec) -> list[NodeCommand]:
+        args = list(job.workload_args)
+        return own_gpus(commands(job.topology, args, master_port=job.master_port,
+                                 job_id=job.job_id, results=job.results,
+                                 rdzv_timeout=job.rdzv_timeout, module=job.module),
+                        job.topology, args, list(self.options.visible_gpus))
+
+    def render(self, job: JobSpec) -> str:
+        return render_commands(self.commands(job))
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        return run_nodes(self.commands(job), deadline_s=job.deadline_s, log_dir=job.log_dir)

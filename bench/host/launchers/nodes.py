@@ -1,0 +1,202 @@
+"""Run one process per node, watch them together, stop them together.
+
+Every launcher (native torchrun, Compose, SSH) reduces a job to one command per node; this
+module starts them, streams each node's output with its host as prefix (and into
+``<log_dir>/<host>.log``), and once any node fails, the deadline passes or the user presses
+Ctrl-C, stops the rest and calls the launcher's own clean-up.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import record
+from bench.host.outcome import JobOutcome, NodeOutcome
+
+TAIL_LINES = 20
+PEER_GRACE_S = 10.0  # how long other nodes may take to fail on their own
+# Lines that say nothing to a user: Compose v1's note on --exit-code-from, and c10d's
+# warning that a loopback peer has no resolvable name. They stay in the node logs.
+CONSOLE_NOISE = ("--exit-code-from implies", "hostname of the client socket cannot be")
+
+
+@dataclasses.dataclass(slots=True)
+class Console:
+    """Whether nodes' output is echoed to this console (the node logs always get it). A
+    single job shows it; the matrix shows one line per job and points at the logs."""
+
+    echo: bool = True
+
+
+CONSOLE = Console()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeCommand:
+    rank: int
+    host: str                  # a label for output and logs: a hostname, or node<rank>
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+def _open_log(log_path: Path | None, host: str):
+    if log_path is None:
+        return None
+    try:
+        return open(log_path, "a", encoding="utf-8")
+    except OSError as error:
+        print(f"[{host}] warning: cannot write its log {log_path} ({error}); its output "
+              "still reaches this console", file=sys.stderr)
+        return None
+
+
+def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
+    """Copy a node's output to the console and its log until the node closes it. Nothing
+    here may stop reading: a node blocked on a full pipe would hang the job, so a log that
+    cannot be written is dropped with a warning, and the pump goes on."""
+    log = _open_log(log_path, node.host)
+    record_line = False
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            node.output.append(line.rstrip("\n"))
+            # The record is data for the launcher and the results file, not for the console.
+            if CONSOLE.echo and not record_line and line.rstrip("\n") != record.MARKER \
+                    and not any(noise in line for noise in CONSOLE_NOISE):
+                sys.stderr.write(f"[{node.host}] {line}")
+            record_line = line.rstrip("\n") == record.MARKER
+            if log:
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError as error:
+                    print(f"[{node.host}] warning: its log {log_path} stopped ({error})",
+                          file=sys.stderr)
+                    log.close()
+                    log = None
+    finally:
+        if log:
+            try:
+                log.close()
+            except OSError:
+                pass
+        node.last_lines = node.output[-TAIL_LINES:]
+
+
+def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path | None = None,
+              cleanup: Callable[[], None] | None = None, cwd: Path | None = None) -> JobOutcome:
+    """Start every node's command, wait for all; stop all on the first failure or deadline."""
+    if log_dir:
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # the job still runs; its output reaches the console
+            print(f"warning: cannot create the log directory {log_dir} ({error})",
+                  file=sys.stderr)
+            log_dir = None
+    started = time.monotonic()
+    procs: list[subprocess.Popen] = []
+    nodes: list[NodeOutcome] = []
+    threads: list[threading.Thread] = []
+    timed_out, culprit = False, None
+    try:
+        for command in commands:
+            env = {**os.environ, **(command.env or {})}
+            # Its own session: stopping a node reaches every process it started.
+            proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace", start_new_session=True)
+            node = NodeOutcome(command.rank, command.host, None, [], [])
+            log_path = log_dir / f"{command.host}.log" if log_dir else None
+            thread = threading.Thread(target=_pump, args=(proc, node, log_path), daemon=True)
+            thread.start()
+            procs.append(proc)
+            nodes.append(node)
+            threads.append(thread)
+        timed_out, culprit = _wait(procs, started + deadline_s)
+        # A node that lost its peer often fails before the peer's own death is seen: give
+        # the others a moment to fail on their own, so the row can name the real cause.
+        failed_alone = _settle(procs, PEER_GRACE_S) if culprit is not None else []
+    except BaseException:
+        _stop(procs)
+        if cleanup:
+            cleanup()
+        raise
+    if timed_out or any(p.returncode != 0 for p in procs):
+        _stop(procs)
+    if cleanup:
+        cleanup()
+    for thread in threads:
+        thread.join(timeout=10)
+    for proc, node in zip(procs, nodes, strict=True):
+        node.returncode = proc.returncode
+    if culprit is not None:
+        culprit = root_cause([nodes[i] for i in failed_alone], nodes[culprit]).rank
+        culprit = next(i for i, n in enumerate(nodes) if n.rank == culprit)
+    return JobOutcome(nodes, timed_out, time.monotonic() - started,
+                      nodes[culprit] if culprit is not None else None)
+
+
+def _settle(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
+    """Wait up to ``grace_s`` while nodes are still running; the indexes of those that
+    failed by then on their own (before anything stopped them)."""
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.1)
+    return [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+
+
+def root_cause(failed: list[NodeOutcome], first: NodeOutcome) -> NodeOutcome:
+    """The first node to fail, unless all it says is that it lost a peer: then the node
+    that failed on its own for another reason (killed, out of memory, a bad setting)."""
+    if not peer_lost(first.output):
+        return first
+    return next((n for n in failed if n is not first and not peer_lost(n.output)), first)
+
+
+# What a rank prints when another node died under it: a symptom, not the cause.
+PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash",
+             "Broken pipe", "communicator was aborted", "Connection refused")
+
+
+def peer_lost(lines: list[str]) -> bool:
+    return any(marker in line for line in lines for marker in PEER_LOSS)
+
+
+def _wait(procs: list[subprocess.Popen], deadline: float) -> tuple[bool, int | None]:
+    """Until all have ended or one failed: (deadline passed, index of the first failure)."""
+    while True:
+        failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            return False, failed[0]
+        if all(p.returncode is not None for p in procs):
+            return False, None
+        if time.monotonic() > deadline:
+            return True, None
+        time.sleep(0.2)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
+    """SIGTERM each node's process group, then SIGKILL what is left after the grace."""
+    for proc in procs:
+        if proc.poll() is None:
+            _signal(proc, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

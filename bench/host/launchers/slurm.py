@@ -1,0 +1,295 @@
+"""Launch a job on Slurm: one batch job per repeat, one srun task per node.
+
+The batch script is the whole job, readable and submittable by hand (``bench slurm
+script``). Inside it the first node of the allocation leads the rendezvous (MASTER_ADDR is
+its NodeAddr), the port follows the Slurm job id (two jobs sharing a node never collide),
+and each task's node rank is SLURM_NODEID. Runtimes:
+
+- ``native``: the checkout and its venv on shared storage, the same path on every node;
+- ``compose``: the stack's own image, started by Compose on each node;
+- ``pyxis``: ``srun --container-image`` on DeepOps-style clusters (enroot + pyxis). Rendered
+  only: no enroot exists where this is tested.
+
+The launcher submits with sbatch, polls the job's state, cancels it (scancel) on the
+deadline or Ctrl-C, and turns Slurm's own end state (FAILED, TIMEOUT, CANCELLED, NODE_FAIL,
+OUT_OF_MEMORY) and reason into the row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.host.launchers import native
+from bench.host.launchers.base import JobSpec
+from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome
+from bench.options import ConfigError
+from bench.topology import Topology
+
+REPO = Path(__file__).resolve().parents[3]
+RUNTIMES = ("native", "compose", "pyxis")
+PORT_BASE, PORT_SPREAD = 20000, 20000   # MASTER_PORT = base + job id % spread
+# Each task's last line: its node and exit code (a task killed by Slurm prints none).
+_EXIT_LINE = re.compile(r"^\[bench-slurm\] node (\d+) \((\S*)\) exited (-?\d+)$")
+# Slurm's states that end a job, and what each makes of the row.
+END_STATES = {"COMPLETED": "ok", "FAILED": "error", "TIMEOUT": "timeout",
+              "CANCELLED": "error", "NODE_FAIL": "error", "OUT_OF_MEMORY": "oom",
+              "PREEMPTED": "error", "BOOT_FAIL": "error", "DEADLINE": "timeout"}
+_TIME_LIMIT = re.compile(r"^(?:\d{1,6}|\d{1,6}:\d{2}(?::\d{2})?|\d{1,3}-\d{1,2}(?::\d{2}){0,2})$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Values known only on each node, put into the task line as shell variables. (A Compose
+# project name is lower-cased, placeholder included.)
+_PLACEHOLDERS = {"@NODE_RANK@": '"$SLURM_NODEID"', "@node_rank@": '"$SLURM_NODEID"',
+                 "@MASTER_ADDR@": '"$MASTER_ADDR"', "@MASTER_PORT@": '"$MASTER_PORT"',
+                 "@NPROC@": '"${procs[$SLURM_NODEID]}"'}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmOptions:
+    """--launcher slurm: the partition and resources each job asks for, and what it runs."""
+
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None        # Slurm's format; default: the deadline, rounded up
+    gpus_per_node: int = 0               # 0: a CPU job (no --gpus-per-node)
+    runtime: str = "native"
+    remote_dir: str | None = None        # the checkout on shared storage (default: this one)
+    image: str | None = None             # compose: the trainer image; pyxis: its registry name
+    env_file: Path | None = None         # compose: the node settings
+    profile: str = "cpu"                 # compose: the trainer service
+    results_root: Path = Path("results")
+    poll_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("partition", "account"):
+            value = getattr(self, name)
+            if value is not None and not _NAME.match(value):
+                raise ConfigError(f"--{name}", value, "must be a Slurm name: letters, digits, "
+                                  "'_', '.', '-' (not starting with '-')")
+        if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
+            raise ConfigError("--time-limit", self.time_limit, "must be Slurm's format: "
+                              "minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]], e.g. 30 or 1:00:00")
+        if not 0 <= self.gpus_per_node <= 64:
+            raise ConfigError("--gpus-per-node", self.gpus_per_node, "must be 0 to 64")
+        if self.runtime not in RUNTIMES:
+            raise ConfigError("--runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        if self.runtime in ("compose", "pyxis") and not self.image:
+            raise ConfigError("--image", "''", f"the {self.runtime} runtime needs the "
+                              "trainer image")
+        if self.remote_dir is not None and not self.remote_dir.startswith("/"):
+            raise ConfigError("--remote-dir", self.remote_dir, "must be an absolute path "
+                              "on the nodes, e.g. /srv/bench")
+
+
+def time_limit(options: SlurmOptions, deadline_s: float) -> str:
+    """The job's --time: as given, else the deadline rounded up plus a minute, so the
+    launcher's own deadline (a clean cancel and a timeout row) comes first."""
+    return options.time_limit or str(math.ceil(deadline_s / 60) + 1)
+
+
+def script(options: SlurmOptions, job: JobSpec) -> str:
+    """The sbatch script of one job."""
+    directory = options.remote_dir or str(REPO)
+    nodes, log_dir = job.topology.nodes, job.log_dir.resolve()
+    header = [f"#SBATCH --job-name=bench-{job.job_id}", f"#SBATCH --nodes={nodes}",
+              "#SBATCH --ntasks-per-node=1",
+              f"#SBATCH --time={time_limit(options, job.deadline_s)}",
+              f"#SBATCH --output={log_dir}/slurm-%j.out"]
+    header += [f"#SBATCH --partition={options.partition}"] if options.partition else []
+    header += [f"#SBATCH --account={options.account}"] if options.account else []
+    if options.gpus_per_node:
+        header.append(f"#SBATCH --gpus-per-node={options.gpus_per_node}")
+    task = _task_line(options, job, directory)
+    srun = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--output={log_dir}/node%n.log"]
+    if options.runtime == "pyxis":
+        srun += [f"--container-image={options.image}", f"--container-mounts={directory}",
+                 f"--container-workdir={directory}"]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# bench job {job.job_id}: {nodes} node(s), processes per node {job.topology}, "
+        f"{job.module} ({options.runtime} runtime). Submit with: sbatch THIS_FILE",
+        *header,
+        "set -euo pipefail",
+        f"cd {shlex.quote(directory)}",
+        "# The allocation's first node leads the rendezvous; the port follows the job id.",
+        'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "MASTER_ADDR=$(scontrol show node \"$first\" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)",
+        f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPREAD} ))",
+        "export MASTER_ADDR MASTER_PORT",
+        "# One task per node; its node rank is SLURM_NODEID. A task that fails stops the rest.",
+        f"{shlex.join(srun)} bash -c {shlex.quote(task)}",
+        ""])
+
+
+def _task_line(options: SlurmOptions, job: JobSpec, directory: str) -> str:
+    """What each node's task runs, then the line that reports its exit code."""
+    results = str(job.results.resolve())
+    if options.runtime == "compose":
+        from bench.host.launchers import ssh
+
+        ssh_options = ssh.SshOptions(hosts=("@MASTER_ADDR@",), runtime="compose",
+                                     remote_dir=directory, image=options.image,
+                                     env_file=options.env_file, profile=options.profile,
+                                     results_root=options.results_root)
+        port_job = dataclasses.replace(job, master_port=0)
+        up, down = ssh._compose_lines(ssh_options, port_job, directory, "@MASTER_ADDR@",
+                                      "@NODE_RANK@", {})  # type: ignore[arg-type]
+        up = up.replace("MASTER_PORT=0", "MASTER_PORT=@MASTER_PORT@").replace("exec env", "env")
+        down = down.replace("MASTER_PORT=0", "MASTER_PORT=@MASTER_PORT@")
+        run = f"( {up} ); rc=$?; ( {down} ) >/dev/null 2>&1"
+    else:
+        python = "python3" if options.runtime == "pyxis" else f"{directory}/.venv/bin/python"
+        argv = native.torchrun_argv(job.topology, "@NODE_RANK@", master_addr="@MASTER_ADDR@",
+                                    master_port="@MASTER_PORT@", rdzv_timeout=job.rdzv_timeout,
+                                    job_id=job.job_id, results=results,
+                                    trainer_args=list(job.workload_args), python=python,
+                                    module=job.module, nproc="@NPROC@")
+        run = f"{shlex.join(argv)}; rc=$?"
+    for placeholder, variable in _PLACEHOLDERS.items():
+        run = run.replace(placeholder, variable)
+    # Each node's process count, by its SLURM_NODEID (uneven nodes: 1+1+2).
+    counts = " ".join(map(str, job.topology.counts))
+    return (f'procs=({counts}); {run}; '
+            'echo "[bench-slurm] node $SLURM_NODEID ($SLURMD_NODENAME) exited $rc"; exit $rc')
+
+
+def parse_job_state(text: str) -> dict[str, str]:
+    """``scontrol show job -o`` (one line of KEY=VALUE) as a dict."""
+    fields = {}
+    for item in text.split():
+        key, sep, value = item.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def job_state(slurm_id: str) -> dict[str, str] | None:
+    """The job's JobState, Reason, ExitCode and NodeList: from scontrol while the
+    controller keeps the job (MinJobAge), else from sacct where accounting runs."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", "--", slurm_id],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode == 0 and "JobState=" in out.stdout:
+        fields = parse_job_state(out.stdout)
+        return {"state": fields.get("JobState", "UNKNOWN"), "reason": fields.get("Reason", ""),
+                "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", "")}
+    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id,
+                          "-o", "State,Reason,ExitCode,NodeList"],
+                         capture_output=True, text=True, timeout=60)
+    line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() \
+        else ""
+    if not line:
+        return None
+    state, reason, exit_code, nodes = (line.split("|") + ["", "", "", ""])[:4]
+    return {"state": state.split()[0], "reason": reason, "exit_code": exit_code,
+            "nodes": nodes}
+
+
+def _ended(state: dict[str, str] | None) -> bool:
+    return state is not None and state["state"] in END_STATES
+
+
+def _cancel(slurm_id: str) -> None:
+    subprocess.run(["scancel", "--", slurm_id], capture_output=True, timeout=60)
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def __init__(self, options: SlurmOptions) -> None:
+        self.options = options
+
+    def preflight(self, topologies: list[Topology]) -> None:
+        """The controller answers and the partition exists, before the first job."""
+        try:
+            out = subprocess.run(["sinfo", "-h", "-o", "%P %D",
+                                  *(["-p", self.options.partition]
+                                    if self.options.partition else [])],
+                                 capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise RuntimeError("sinfo is not installed: --launcher slurm needs the Slurm "
+                               "client commands (Debian: slurm-client)") from None
+        if out.returncode != 0:
+            raise RuntimeError(f"the Slurm controller does not answer: "
+                               f"{out.stderr.strip()[:200]}")
+        if not out.stdout.strip():
+            raise ConfigError("--partition", self.options.partition, "no such partition: "
+                              "`sinfo` lists them")
+
+    def render(self, job: JobSpec) -> str:
+        return script(self.options, job)
+
+    def launch(self, job: JobSpec) -> JobOutcome:
+        from bench.host.launchers import failed_to_start
+
+        job.log_dir.mkdir(parents=True, exist_ok=True)
+        path = job.log_dir / "job.sbatch"
+        path.write_text(self.render(job), encoding="utf-8")
+        started = time.monotonic()
+        out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True,
+                             text=True, timeout=120)
+        if out.returncode != 0:
+            return failed_to_start("slurm", f"sbatch refused the job: "
+                                   f"{out.stderr.strip()[:300]}")
+        slurm_id = out.stdout.strip().split(";")[0]
+        if CONSOLE.echo:  # the matrix's one line per job shows it in the row instead
+            print(f"[slurm] job {job.job_id} is Slurm job {slurm_id}", file=sys.stderr,
+                  flush=True)
+        timed_out, state = False, None
+        try:
+            while not _ended(state := job_state(slurm_id)):
+                if time.monotonic() > started + job.deadline_s:
+                    timed_out = True
+                    _cancel(slurm_id)
+                    state = self._await_end(slurm_id)
+                    break
+                time.sleep(self.options.poll_s)
+        except BaseException:  # Ctrl-C or a crash here: the job must not outlive us
+            _cancel(slurm_id)
+            raise
+        return self._outcome(job, slurm_id, state, timed_out, time.monotonic() - started)
+
+    def _await_end(self, slurm_id: str, wait_s: float = 60) -> dict[str, str] | None:
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            state = job_state(slurm_id)
+            if _ended(state):
+                return state
+            time.sleep(self.options.poll_s)
+        return job_state(slurm_id)
+
+    def _outcome(self, job: JobSpec, slurm_id: str, state: dict[str, str] | None,
+                 timed_out: bool, seconds: float) -> JobOutcome:
+        nodes = []
+        for rank in range(job.topology.nodes):
+            lines = _read_lines(job.log_dir / f"node{rank}.log")
+            exits = [m for m in map(_EXIT_LINE.match, lines) if m]
+            code = int(exits[-1].group(3)) if exits else None
+            host = exits[-1].group(2) if exits and exits[-1].group(2) else f"node{rank}"
+            nodes.append(NodeOutcome(rank, host, code, lines[-TAIL_LINES:], lines))
+        scheduler = {"kind": "slurm", "job_id": slurm_id, **(state or {"state": "UNKNOWN"})}
+        ended = scheduler["state"]
+        failed = [n for n in nodes if n.returncode not in (0, None)]
+        culprit = failed[0] if failed else None
+        if culprit is None and ended != "COMPLETED" and not timed_out:
+            # No task said why (the script failed before srun, or Slurm killed them all):
+            # the batch output speaks for node 0.
+            lines = _read_lines(job.log_dir / f"slurm-{slurm_id}.out") or nodes[0].output
+            culprit = NodeOutcome(0, nodes[0].host, 1, lines[-TAIL_LINES:], lines)
+        for node in nodes:  # a task Slurm killed reports nothing: it did not end cleanly
+            if node.returncode is None:
+                node.returncode = 0 if ended == "COMPLETED" else -15
+        return JobOutcome(nodes, timed_out and ended != "COMPLETED", seconds, culprit,
+                          scheduler=scheduler)
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []

@@ -1,0 +1,484 @@
+"""``python -m bench matrix``: the batch-size x topology matrix, each repeat a fresh job.
+
+  python -m bench matrix --batch-sizes 64,128 --topologies 1x1,1x2,2x1 --repeats 3 \\
+      [--launcher native|compose|ssh --hosts h1,h2] -- --steps 20 --model resnet18
+
+Cells are BATCH_SIZES x TOPOLOGIES (x MODELS x PRECISIONS x BACKENDS x COMM_HOOKS x
+GRAD_ACCUMS x STRATEGIES when several are given). ``--workload allreduce`` runs the all-reduce sweep
+instead (cells: TOPOLOGIES x BACKENDS; flags after -- go to ``bench allreduce``).
+``--launcher netns --link 1gbit`` runs every node in its own network namespace behind a
+link shaped to that rate (root; see bench/netlab.py).
+
+Each repeat of a cell is one job through the chosen launcher. Records are appended
+as jobs finish; a failed, OOM or timed-out job is recorded with its reason (the node that
+failed and its last lines) and the matrix goes on. ``--resume`` skips repeats that already
+have an ok record for the same config hash and topology.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench import record
+from bench.allreduce_config import AllreduceConfig
+from bench.catalog import MODEL_NAMES
+from bench.config import (
+    BACKENDS,
+    COMM_HOOKS,
+    MAX_TIMEOUT_S,
+    PRECISIONS,
+    STRATEGIES,
+    OneLineErrorParser,
+    TrainConfig,
+)
+from bench.host import gpus
+from bench.host.failures import describe_failure, failure_record
+from bench.host.launchers import LAUNCHERS, JobSpec, Launcher
+from bench.host.launchers.nodes import CONSOLE
+from bench.options import (
+    MAX_PORT,
+    MIN_PORT,
+    ConfigError,
+    check_image,
+    finite_float,
+    on_head,
+    require_range,
+)
+from bench.paths import check_writable_file
+from bench.topology import (
+    Topology,
+    parse_choices,
+    parse_hosts,
+    parse_list,
+    parse_positive_ints,
+)
+from bench.units import parse_rate
+
+PORT_SPAN = 100   # ports above --master-port the jobs of a matrix take in turn
+WORKLOADS = {"train": "bench.rank.train", "allreduce": "bench.rank.allreduce"}
+# Trainer flags the matrix sets per cell, and the matrix flag that sets them.
+DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
+                   "--precision": "--precisions", "--backend": "--backends",
+                   "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums",
+                   "--strategy": "--strategies"}
+# Matrix flags that only mean something for the trainer, with their defaults.
+TRAIN_DIMENSIONS = {"batch_sizes": "64", "models": "resnet18", "precisions": "fp32",
+                    "comm_hooks": "none", "grad_accums": "1", "strategies": "ddp"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cell:
+    """One point of the matrix; its repeats are separate jobs."""
+
+    batch_size: int
+    topology: Topology
+    model: str
+    precision: str
+    backend: str
+    comm_hook: str = "none"
+    grad_accum: int = 1
+    workload: str = "train"
+    strategy: str = "ddp"
+
+    def trainer_args(self, base: list[str]) -> list[str]:
+        if self.workload == "allreduce":
+            return [*base, "--backend", self.backend]
+        return [*base, "--batch-size", str(self.batch_size), "--model", self.model,
+                "--precision", self.precision, "--backend", self.backend,
+                "--comm-hook", self.comm_hook, "--grad-accum", str(self.grad_accum),
+                "--strategy", self.strategy]
+
+    def label(self) -> str:
+        if self.workload == "allreduce":
+            return f"all-reduce {self.topology} {self.backend}"
+        extra = (f" hook {self.comm_hook}" if self.comm_hook != "none" else "") + \
+            (f" accum {self.grad_accum}" if self.grad_accum != 1 else "") + \
+            (f" {self.strategy}" if self.strategy != "ddp" else "")
+        return (f"batch {self.batch_size} {self.topology} {self.model} {self.precision} "
+                f"{self.backend}{extra}")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class MatrixConfig:
+    """What the matrix schedules and records; how jobs start is the launcher's section."""
+
+    cells: dict[Cell, TrainConfig | AllreduceConfig]   # each cell's validated configuration
+    repeats: int
+    results: Path
+    resume: bool
+    deadline_s: float
+    rdzv_timeout: int
+    trainer_args: list[str]
+    master_port: int
+    launcher: str
+    launcher_options: object          # the launcher's own options section
+    workload: str = "train"
+    link_bps: int | None = None       # recorded with each row (netns)
+    verbose: bool = False
+    dry_run: bool = False
+
+    @property
+    def module(self) -> str:
+        return WORKLOADS[self.workload]
+
+    @classmethod
+    def from_args(cls, argv: list[str], prog: str) -> MatrixConfig:
+        own, trainer_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
+            if "--" in argv else (argv, [])
+        p = OneLineErrorParser(prog=prog, description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--workload", choices=tuple(WORKLOADS), default="train",
+                       help="what each job runs: the trainer or the all-reduce sweep")
+        p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
+        p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
+        p.add_argument("--models", help="comma-separated models (default: resnet18)")
+        p.add_argument("--precisions", help="comma-separated precisions (default: fp32)")
+        p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
+        p.add_argument("--comm-hooks", help="comma-separated gradient hooks: none, fp16, bf16, "
+                       "powersgd (default: none)")
+        p.add_argument("--grad-accums", help="comma-separated micro-batches per step "
+                       "(default: 1)")
+        p.add_argument("--strategies", help="comma-separated data parallelism: ddp, fsdp "
+                       "(default: ddp)")
+        p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
+        p.add_argument("--launcher", choices=LAUNCHERS, default="native",
+                       help="native torchrun here, Compose here, SSH fan-out to --hosts, or "
+                       "netns: emulated hosts on this machine behind a --link")
+        p.add_argument("--link", help="netns: the link rate of every node, e.g. 1gbit, 5gbit")
+        p.add_argument("--cpus-per-node", type=int, help="netns: CPUs pinned to each node "
+                       "(default: this machine's CPUs divided by the most nodes of any cell)")
+        p.add_argument("--hosts", default="", help="ssh: host1,host2 in node-rank order")
+        p.add_argument("--runtime", choices=("compose", "native", "pyxis"),
+                       help="ssh: Compose (default) or torchrun on each host; slurm: native "
+                       "(default: the checkout and venv on shared storage), compose, or pyxis "
+                       "(srun --container-image)")
+        p.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
+        p.add_argument("--account", help="slurm: the account to charge")
+        p.add_argument("--time-limit", help="slurm: each job's --time (default: --deadline "
+                       "rounded up, plus a minute)")
+        p.add_argument("--gpus-per-node", type=int, default=0,
+                       help="slurm: GPUs each node asks for (default: 0, a CPU job)")
+        p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
+                       "would start it (torchrun lines, Compose commands, sbatch script); "
+                       "start nothing")
+        p.add_argument("--remote-dir", help="ssh, slurm: this checkout's path on the hosts "
+                       "(default: the same path as here)")
+        p.add_argument("--ssh-config", type=Path, help="ssh: an ssh_config file (ports, keys, "
+                       "known_hosts) passed to ssh -F")
+        p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
+        p.add_argument("--resume", action="store_true",
+                       help="skip repeats that already have an ok record")
+        p.add_argument("--deadline", type=finite_float, default=1800.0,
+                       help="seconds a job may run before every node is stopped")
+        p.add_argument("--rdzv-timeout", type=int, default=120,
+                       help="seconds a node waits for the others at the rendezvous")
+        p.add_argument("--master-port", type=int, default=29500)
+        p.add_argument("--image", help="compose/ssh+compose: the trainer image")
+        p.add_argument("--env-file", type=Path, help="compose: the node settings file")
+        p.add_argument("--verbose", action="store_true", help="echo every node's output "
+                       "(default: one line per job; the output is in each job's logs)")
+        p.add_argument("--profile", choices=("cpu", "gpu", "gpu-ib"), help="compose: the "
+                       "trainer service (default: gpu where nvidia-smi lists a GPU, else cpu; "
+                       "gpu-ib: with InfiniBand/RoCE devices)")
+        a = p.parse_args(own)
+        for flag, dimension in DIMENSION_FLAGS.items():
+            if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
+                raise ConfigError(flag, "(after --)", f"is a matrix dimension: give it as "
+                                  f"{dimension} before --")
+        if a.workload != "train":
+            for name in TRAIN_DIMENSIONS:
+                if getattr(a, name) is not None:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(flag, getattr(a, name), "is a trainer dimension: leave it "
+                                      "out with --workload allreduce")
+        for name, default in TRAIN_DIMENSIONS.items():
+            if getattr(a, name) is None:
+                setattr(a, name, default)
+        batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
+        topologies = parse_list(a.topologies)
+        models = parse_choices(a.models, MODEL_NAMES, "--models")
+        precisions = parse_choices(a.precisions, PRECISIONS, "--precisions")
+        backends = parse_choices(a.backends, BACKENDS, "--backends")
+        hooks = parse_choices(a.comm_hooks, COMM_HOOKS, "--comm-hooks")
+        accums = parse_positive_ints(a.grad_accums, "--grad-accums")
+        strategies = parse_choices(a.strategies, STRATEGIES, "--strategies")
+        link_bps = parse_rate(a.link, "--link") if a.link else None
+        if a.launcher == "netns" and link_bps is None:
+            raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
+        if a.launcher != "netns" and (a.link or a.cpus_per_node):
+            raise ConfigError("--link" if a.link else "--cpus-per-node",
+                              a.link or a.cpus_per_node, "only with --launcher netns")
+        require_range(a.cpus_per_node, "cpus_per_node", 1, os.cpu_count() or 1, optional=True)
+        require_range(a.repeats, "repeats", 1, 1000)
+        require_range(a.deadline, "deadline", 0, MAX_TIMEOUT_S, low_open=True)
+        require_range(a.rdzv_timeout, "rdzv_timeout", 1, 86400)
+        # Each job takes a fresh port above --master-port (see ``run``).
+        require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
+        check_writable_file(a.results, "--results")
+        if a.image is not None:
+            check_image(a.image, "--image")
+        if a.remote_dir is not None and not a.remote_dir.startswith("/"):
+            raise ConfigError("--remote-dir", a.remote_dir, "must be an absolute path on the "
+                              "hosts, e.g. /srv/bench")
+        if a.ssh_config is not None and not a.ssh_config.is_file():
+            raise ConfigError("--ssh-config", a.ssh_config, "no such file")
+        hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
+        if hosts:
+            most = max(t.nodes for t in topologies)
+            if most > len(hosts):
+                raise ConfigError("--topologies", a.topologies,
+                                  f"needs {most} nodes but --hosts names {len(hosts)}")
+        elif a.hosts:
+            raise ConfigError("--hosts", a.hosts, "only with --launcher ssh")
+        if a.runtime is not None and a.launcher not in ("ssh", "slurm"):
+            raise ConfigError("--runtime", a.runtime, "only with --launcher ssh or slurm")
+        if a.launcher != "slurm":
+            for flag in ("partition", "account", "time_limit"):
+                if getattr(a, flag) is not None:
+                    raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
+                                      "only with --launcher slurm")
+        runtime = a.runtime or ("native" if a.launcher == "slurm" else "compose")
+        if a.launcher == "ssh" and runtime == "pyxis":
+            raise ConfigError("--runtime", runtime, "pyxis is a Slurm runtime: use compose or "
+                              "native with --launcher ssh")
+        uses_compose = a.launcher == "compose" or (a.launcher in ("ssh", "slurm")
+                                                   and runtime == "compose")
+        if uses_compose and not a.image:
+            raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
+                              "bench-trainer:cpu")
+        if a.launcher == "compose" and (a.env_file is None or not a.env_file.is_file()):
+            raise ConfigError("--env-file", a.env_file, "Compose needs an existing settings "
+                              "file, e.g. compose/.env")
+        if a.workload == "allreduce":
+            cells = [Cell(0, t, "", "", be, workload="allreduce")
+                     for be, t in itertools.product(backends, topologies)]
+        else:
+            cells = [Cell(b, t, m, pr, be, h, ga, strategy=st)
+                     for m, pr, be, h, ga, st, b, t in
+                     itertools.product(models, precisions, backends, hooks, accums, strategies,
+                                       batch_sizes, topologies)]
+        # Every cell's flags are validated before anything starts.
+        parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
+        prog = f"bench {a.workload}"
+        # Every cell's flags are checked here, before anything starts. Its data directory
+        # and devices are checked here too where the nodes run on this host; on other hosts
+        # or in containers, the rank checks them. The config as given (parsed "on the head")
+        # is the cell's resume key, whatever the nodes resolve "auto" to.
+        with on_head():
+            configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
+        if a.launcher in ("native", "netns"):
+            for cell in cells:
+                parse(cell.trainer_args(trainer_args), prog)
+        profile = a.profile or ("gpu" if gpus.visible_gpus() else "cpu")
+        visible = tuple(gpus.visible_gpus()) if a.launcher in ("native", "compose", "netns") \
+            else ()
+        if a.launcher in ("native", "compose"):
+            # Every node of a job here shares this host's GPUs: each needs its own.
+            for cell in cells:
+                on_gpus = profile.startswith("gpu") if a.launcher == "compose" \
+                    else gpus.wants_gpus(cell.trainer_args(trainer_args), list(visible))
+                if on_gpus and visible:
+                    gpus.assign(cell.topology, list(visible))
+        options = launcher_options(a, runtime=runtime, profile=profile, hosts=hosts,
+                                   link_bps=link_bps, visible=visible,
+                                   most_nodes=max(c.topology.nodes for c in cells))
+        return cls(cells=configs, repeats=a.repeats, results=a.results, resume=a.resume,
+                   deadline_s=a.deadline, rdzv_timeout=a.rdzv_timeout,
+                   trainer_args=trainer_args, master_port=a.master_port,
+                   launcher=a.launcher, launcher_options=options, workload=a.workload,
+                   link_bps=link_bps, verbose=a.verbose, dry_run=a.dry_run)
+
+
+def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
+                     link_bps: int | None, visible: tuple[str, ...], most_nodes: int):
+    """The chosen launcher's own options section, from the flags that belong to it."""
+    from bench.host.launchers import compose, native, netns, slurm, ssh
+
+    results_root = a.results.parent
+    if a.launcher == "native":
+        return native.NativeOptions(visible_gpus=visible)
+    if a.launcher == "compose":
+        return compose.ComposeOptions(image=a.image, env_file=a.env_file, profile=profile,
+                                      visible_gpus=visible)
+    if a.launcher == "netns":
+        assert link_bps is not None  # checked above
+        return netns.NetnsOptions(
+            link_bps=link_bps, lab_nodes=most_nodes, visible_gpus=visible,
+            cpus_per_node=a.cpus_per_node or max(1, (os.cpu_count() or 1) // most_nodes))
+    if a.launcher == "ssh":
+        return ssh.SshOptions(hosts=tuple(hosts), runtime=runtime, remote_dir=a.remote_dir,
+                              ssh_config=a.ssh_config, image=a.image, env_file=a.env_file,
+                              profile=profile, results_root=results_root)
+    return slurm.SlurmOptions(partition=a.partition, account=a.account,
+                              time_limit=a.time_limit, gpus_per_node=a.gpus_per_node,
+                              runtime=runtime, remote_dir=a.remote_dir, image=a.image,
+                              env_file=a.env_file,
+                              profile="gpu" if a.gpus_per_node else (a.profile or "cpu"),
+                              results_root=results_root)
+
+
+def cell_key(config_hash: str, topology: Topology) -> tuple:
+    return (config_hash, str(topology))
+
+
+def finished_repeats(results: Path) -> dict[tuple, int]:
+    """Ok records per cell key in an existing results file (for --resume)."""
+    counts: dict[tuple, int] = {}
+    if results.exists():
+        for rec in record.read(results):
+            if rec.get("status") == "ok":
+                # The key the matrix computed from the config as given; records written
+                # before it kept one have only the trainer's own hash.
+                given = (rec.get("matrix") or {}).get("config_hash") or rec["config_hash"]
+                key = cell_key(given, Topology.of_record(rec))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
+    """Seconds from the job's launch to its first step's end, and from its last step's end
+    to the record being written (teardown included)."""
+    first, last = rec.get("first_step_done"), rec.get("last_step_done")
+    return {"startup_s": first - launched if first else None,
+            "teardown_s": recorded - last if last else None}
+
+
+def _headline(rec: dict) -> str:
+    if rec.get("mode") == "allreduce":
+        return f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s"
+    return f"{rec['samples_per_s']:.1f} samples/s"
+
+
+def _eta(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def job_spec(cfg: MatrixConfig, cell: Cell, job_id: str, number: int) -> JobSpec:
+    """The job of one repeat of a cell: its logs and record under the results' directory,
+    and a fresh port (no TIME_WAIT collisions with the job before)."""
+    log_dir = cfg.results.parent / "logs" / job_id
+    return JobSpec(job_id=job_id, module=cfg.module,
+                   workload_args=tuple(cell.trainer_args(cfg.trainer_args)),
+                   topology=cell.topology,
+                   master_port=cfg.master_port + (number % (PORT_SPAN // 2)) * 2,
+                   rdzv_timeout=cfg.rdzv_timeout, results=log_dir / "trainer.jsonl",
+                   log_dir=log_dir, deadline_s=cfg.deadline_s)
+
+
+def render(cfg: MatrixConfig, launcher: Launcher) -> str:
+    """Every job of the matrix as its launcher would start it (``--dry-run``)."""
+    matrix_id = record.new_run_id()
+    parts = []
+    for index, cell in enumerate(cfg.cells, 1):
+        for repeat in range(1, cfg.repeats + 1):
+            job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", index)
+            parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
+                         f"({launcher.name})\n{launcher.render(job)}")
+    return "\n\n".join(parts)
+
+
+def run(cfg: MatrixConfig, launcher: Launcher) -> int:
+    """Run every job through ``launcher``; one row per job, whatever happens to it."""
+    matrix_id = record.new_run_id()
+    done = finished_repeats(cfg.results) if cfg.resume else {}
+    jobs = []
+    for index, (cell, train_cfg) in enumerate(cfg.cells.items(), 1):
+        key = cell_key(train_cfg.hash(), cell.topology)
+        for repeat in range(1, cfg.repeats + 1):
+            if repeat <= done.get(key, 0):
+                print(f"[matrix] cell {index}/{len(cfg.cells)} {cell.label()} repeat {repeat}: "
+                      "already recorded, skipped (--resume)", file=sys.stderr)
+                continue
+            jobs.append((index, cell, repeat, train_cfg))
+    failures, durations = [], []
+    for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
+        eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
+            else "unknown"
+        # One line per job: its cell now, its outcome when it ends (node output goes to
+        # the job's logs, or to the console too with --verbose).
+        print(f"[matrix] job {number}/{len(jobs)} (ETA {eta}): cell {index} {cell.label()} "
+              f"repeat {repeat}/{cfg.repeats}", end="\n" if cfg.verbose else " ...",
+              file=sys.stderr, flush=True)
+        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", number)
+        log_dir = job.log_dir
+        launched = time.time()
+        outcome = launcher.launch(job)
+        durations.append(outcome.seconds)
+        records = outcome.records()
+        rec = records[0] if records else failure_record(train_cfg, cell.topology)
+        if not outcome.ok:
+            rec = describe_failure(rec, outcome, cfg.deadline_s)
+        recorded = time.time()
+        rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
+                         "config_hash": train_cfg.hash(),
+                         "launcher": cfg.launcher, "topology": str(cell.topology),
+                         "link_bps": cfg.link_bps,
+                         **({"scheduler": outcome.scheduler} if outcome.scheduler else {}),
+                         "logs": str(log_dir), "launched_at": launched,
+                         "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
+        try:
+            record.append(cfg.results, rec)
+        except OSError as error:  # a full disk: keep the row where it can be recovered
+            print(f"\n[matrix] could not append to {cfg.results} ({error}); the record:",
+                  file=sys.stderr)
+            record.emit(rec)
+        status = rec["status"]
+        print((f"[matrix] cell {index} repeat {repeat}:" if cfg.verbose else "")
+              + f" {status}" + (f" ({rec['error']}; logs: {log_dir})" if status != "ok"
+                                else f", {_headline(rec)}")
+              + f" in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
+        if status != "ok":
+            failures.append((index, cell, repeat, rec))
+    print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
+          file=sys.stderr)
+    if failures:
+        print("[matrix] failed cells:", file=sys.stderr)
+        for index, cell, repeat, rec in failures:
+            print(f"  cell {index} ({cell.label()}) repeat {repeat}: {rec['status']}: "
+                  f"{rec['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
+    from bench.host.launchers import build
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = MatrixConfig.from_args(argv, prog)
+        launcher = build(cfg.launcher, cfg.launcher_options)
+        if cfg.dry_run:
+            print(render(cfg, launcher))
+            return 0
+        launcher.preflight([cell.topology for cell in cfg.cells])
+    except (ConfigError, RuntimeError) as error:  # bad input, or a host that cannot start
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    CONSOLE.echo = cfg.verbose
+    started = time.monotonic()
+    code = run(cfg, launcher)
+    print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
+    _report(cfg.results)
+    return code
+
+
+def _report(results: Path) -> None:
+    """The page beside the results; a report that cannot be made costs no measurement."""
+    from bench.analysis import report
+
+    try:
+        md, page = report.write(results)
+    except (ConfigError, OSError, ValueError) as error:
+        print(f"[matrix] no report: {error}", file=sys.stderr)
+        return
+    print(f"[matrix] report: {md} and {page}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""How a job ended, whoever launched it: each node's exit and output, the deadline, the node
+that failed first, and a scheduler's own view. Launchers make these; the matrix and
+``bench.host.failures`` read them."""
+from __future__ import annotations
+
+import dataclasses
+
+from bench import record
+
+
+@dataclasses.dataclass(slots=True)
+class NodeOutcome:
+    rank: int
+    host: str
+    returncode: int | None
+    last_lines: list[str]
+    output: list[str]          # every line, for the record after the marker
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclasses.dataclass(slots=True)
+class JobOutcome:
+    nodes: list[NodeOutcome]
+    timed_out: bool
+    seconds: float
+    culprit: NodeOutcome | None = None   # the node that failed first (the others were stopped)
+    # A scheduler's own view of the job (Slurm: job id, end state, reason, exit code, nodes).
+    scheduler: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(n.ok for n in self.nodes) and \
+            (self.scheduler is None or self.scheduler.get("state") == "COMPLETED")
+
+    def records(self) -> list[dict]:
+        """Records printed after the marker by any node (rank 0 prints them)."""
+        found = []
+        for node in self.nodes:
+            found += record.parse_stdout("\n".join(node.output))
+        return found

@@ -1,0 +1,123 @@
+"""One measured job on every rank, with a record whatever happens.
+
+``bench train`` and ``bench allreduce`` both form the job, collect where it ran, measure,
+and then rank 0 appends the record. A failure inside (an OOM, a dead peer, a wrong result,
+Ctrl-C) still leaves rank 0's record, with its status and message, so a sweep gets a row
+instead of a stack trace.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from bench import record
+from bench.config import DistributedConfig
+from bench.options import ConfigError
+from bench.rank import distributed, environment
+
+
+class ExpectedFailure(RuntimeError):
+    """A failure the measurement itself found (its ``status`` names it): recorded, with no
+    stack trace, since the trace would point at the checker, not at a bug."""
+
+    status = "error"
+
+
+def classify(error: BaseException) -> str:
+    """The record status for a failure: the failure's own, oom, timeout or error."""
+    if isinstance(error, ExpectedFailure):
+        return error.status
+    text = str(error).lower()
+    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
+            or "can't allocate memory" in text:
+        return "oom"
+    if isinstance(error, TimeoutError) or "timed out" in text or "timeout" in text:
+        return "timeout"
+    return "error"
+
+
+def procs_per_node(ranks: list[dict]) -> list[int]:
+    """Processes on each node, in node order, from every rank's report: uneven nodes
+    (1+1+2) show here, where nproc_per_node is only rank 0's node."""
+    counts: dict[int, int] = {}
+    for rank in ranks:
+        counts[rank["node_rank"]] = counts.get(rank["node_rank"], 0) + 1
+    return [counts[node] for node in sorted(counts)]
+
+
+def one_line(error: BaseException) -> str:
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+Measure = Callable[[distributed.DistContext, dict], None]
+
+
+def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callable) -> int:
+    """A job's command line: ``parse(argv, prog)`` validates the config (a user error is one
+    line and exit 2, before anything runs or is written), then ``run_config(cfg)``."""
+    try:
+        cfg = parse(argv, prog)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return run_config(cfg)
+
+
+def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measure: Measure,
+        ok_text: Callable[[dict], str]) -> int:
+    """Join the job, fill ``rec`` by ``measure`` and record it; the exit code (0 ok, 1
+    failed; Ctrl-C records and exits 130). ``ok_text``: the headline figure of a good run."""
+    ctx = None
+    try:
+        ctx = distributed.init(dist_cfg)
+        rec["env"] = environment.collect(ctx)
+        rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
+                   nproc_per_node=ctx.local_world_size,
+                   procs_per_node=procs_per_node(rec["env"]["ranks"]))
+        measure(ctx, rec)
+        rec["status"] = "ok"
+    except KeyboardInterrupt as interrupt:
+        rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
+        _finish(prog, rec, results, ctx, ok_text)
+        raise SystemExit(130) from interrupt
+    except Exception as failure:  # noqa: BLE001 - every failure becomes a record
+        rec["status"], rec["error"] = classify(failure), one_line(failure)
+        if "env" not in rec:
+            rec["env"] = environment.collect(ctx, gather=False)
+        if not isinstance(failure, ExpectedFailure):
+            traceback.print_exc(file=sys.stderr)
+    return _finish(prog, rec, results, ctx, ok_text)
+
+
+def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | None,
+            ok_text: Callable[[dict], str]) -> int:
+    # Only rank 0 writes; another rank's failure is its exit code and its message, and
+    # rank 0 fails its next collective or records its own view.
+    leader = ctx is None or ctx.is_leader
+    where, lost = "rank 0 writes the record", False
+    if leader:
+        # Printed first: a launcher captures it from stdout even when the append fails
+        # (a full disk, a results directory gone), so the measurement is never lost.
+        record.emit(rec)
+        where = f"record appended to {results}"
+        try:
+            record.append(results, rec)
+        except OSError as error:
+            lost = True
+            where = (f"could not append the record to {results} ({error}); it was printed "
+                     "after the marker above")
+    try:
+        distributed.shutdown(synchronized=rec["status"] == "ok")
+    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
+        pass
+    if rec["status"] == "ok" and not lost:
+        if leader:
+            print(f"[bench] ok: {ok_text(rec)}; {where}", file=sys.stderr)
+        return 0
+    print(f"{prog}: FAILED ({rec['status']}): {rec.get('error')}; {where}", file=sys.stderr)
+    return 1

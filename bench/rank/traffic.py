@@ -1,0 +1,268 @@
+"""DDP wrapping, and the gradient traffic it sends: bytes per step and the bucket timeline.
+
+Apart from the process group (``bench.rank.distributed``): this module decides how gradients are
+synchronised (DDP's built-in all-reduce, or a comm hook) and observes what that sends, for
+the record's bytes per step and the predictor's bucket timeline.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from bench.config import DistributedConfig
+from bench.rank.clock import Mark, StepClock
+from bench.rank.distributed import DistContext
+
+
+class GradientTraffic:
+    """The gradient bytes each step sends, and when each bucket was ready and done.
+
+    Bytes are counted where the stock DDP comm hooks call all_reduce (see
+    ``_CountingCollectives``), so they are what was actually sent: halved by the fp16 and
+    bf16 hooks, PowerSGD's P and Q factors plus its uncompressed tensors. The bucket
+    timeline (each bucket's ready and done time from the step's start, and its size) is what
+    the predictor needs to know how much communication a step can hide behind backward.
+    Times are ``StepClock`` marks: on CUDA, events on the stream that did the work (so the
+    GPU's time, not when the CPU queued it), resolved only when the timeline is read.
+    """
+
+    MAX_TIMELINE_STEPS = 200   # steps stamped; later steps still count their bytes
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+        self.bytes = 0
+        self.calls = 0
+        self.by_kind: dict[str, int] = {}   # bytes per collective: all_reduce, all_gather...
+        self.steps: list[dict] = []
+        self._step: dict | None = None
+
+    def reset(self) -> None:
+        self.bytes = self.calls = 0
+        self.by_kind.clear()
+        self.steps.clear()
+
+    def sent(self, tensor: torch.Tensor, kind: str = "all_reduce") -> None:
+        """A collective over ``tensor`` (its whole, unsharded size: what an all-reduce is
+        handed, what an all-gather returns, what a reduce-scatter is handed)."""
+        size = tensor.numel() * tensor.element_size()
+        self.bytes += size
+        self.calls += 1
+        self.by_kind[kind] = self.by_kind.get(kind, 0) + size
+        if self._step is not None:
+            self._step["sent"] += size
+
+    def begin_step(self, mark: Mark) -> None:
+        self._step = {"origin": mark, "ready": [], "done": [], "sent": 0, "end": None} \
+            if len(self.steps) < self.MAX_TIMELINE_STEPS else None
+
+    def bucket_ready(self, buffer_bytes: int) -> None:
+        if self._step is not None:
+            self._step["ready"].append((self.clock.mark(), buffer_bytes))
+
+    def bucket_done(self) -> None:
+        """Called when a bucket's all-reduce is done: on CPU from the thread that completes
+        its future (gloo's); on CUDA from a callback whose current stream waits for it."""
+        if self._step is not None:
+            self._step["done"].append(self.clock.mark())
+
+    def end_step(self, mark: Mark) -> None:
+        if self._step is not None:
+            self._step["end"] = mark
+            self.steps.append(self._step)
+            self._step = None
+
+    def timeline(self) -> dict | None:
+        """The median step's bucket timeline, over steps with the usual bucket count."""
+        synced = [s for s in self.steps if s["ready"]]
+        if not synced:
+            return None
+        counts = [len(s["ready"]) for s in synced]
+        usual = max(set(counts), key=counts.count)
+        steps = [self._resolved(s) for s in synced if len(s["ready"]) == usual]
+        buffer_bytes = [steps[0]["ready"][i][1] for i in range(usual)]
+        sent = statistics.median(s["sent"] for s in steps)
+        total = sum(buffer_bytes)
+        return {"ready_s": [statistics.median(s["ready"][i][0] for s in steps)
+                            for i in range(usual)],
+                "buffer_bytes": buffer_bytes,
+                # Each bucket's share of what the step sent, in proportion to its size.
+                "sent_bytes": [sent * b / total for b in buffer_bytes],
+                "done_s": [statistics.median(s["done"][i] for s in steps)
+                           for i in range(usual)]
+                if all(len(s["done"]) == usual for s in steps) else None,
+                "step_s": statistics.median(s["duration"] for s in steps),
+                "steps": len(steps),
+                "stamped_by": self.clock.stamped_by}
+
+    def _resolved(self, step: dict) -> dict:
+        """A step's marks as seconds from its start (on CUDA this waits for its events)."""
+        since = lambda mark: self.clock.seconds(step["origin"], mark)  # noqa: E731
+        return {"ready": [(since(m), size) for m, size in step["ready"]],
+                "done": sorted(since(m) for m in step["done"]),
+                "sent": step["sent"], "duration": since(step["end"])}
+
+
+class _CountingCollectives:
+    """Stands in for ``torch.distributed`` inside torch's stock comm-hook modules: its
+    all_reduce counts the bytes it is handed into the current ``GradientTraffic``, and
+    everything else passes through. The stock hooks (plain, fp16, bf16, PowerSGD) stay
+    torch's own; only what they send is observed, whichever thread sends it."""
+
+    def __init__(self) -> None:
+        self.traffic: GradientTraffic | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(tensor)
+        return dist.all_reduce(tensor, *args, **kwargs)
+
+
+_COUNTER = _CountingCollectives()
+
+
+def _install_counter(traffic: GradientTraffic) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    _COUNTER.traffic = traffic
+    default_hooks.dist = _COUNTER
+    powerSGD_hook.dist = _COUNTER
+
+
+def comm_hook(cfg: DistributedConfig):
+    """(state, hook) for ``cfg.comm_hook``: torch's stock hooks."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if cfg.comm_hook == "fp16":
+        return None, default_hooks.fp16_compress_hook
+    if cfg.comm_hook == "bf16":
+        return None, default_hooks.bf16_compress_hook
+    if cfg.comm_hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
+            start_powerSGD_iter=cfg.powersgd_warmup)
+        return state, powerSGD_hook.powerSGD_hook
+    return None, default_hooks.allreduce_hook
+
+
+class _ObservedHook:
+    """The configured hook, with each bucket's ready and done times noted.
+
+    ``serialize``: wait for the previous bucket's hook to finish before starting the next.
+    gloo needs every rank to issue its collectives in the same order, and PowerSGD issues
+    its second and third all-reduce from callbacks on gloo's threads, which would race the
+    next bucket's first (seen as "Received data size doesn't match expected size").
+    """
+
+    def __init__(self, traffic: GradientTraffic, state, hook, serialize: bool) -> None:
+        self.traffic, self.state, self.hook = traffic, state, hook
+        self.serialize = serialize
+        self.pending = None
+
+    def done(self, future: torch.futures.Future) -> torch.Tensor:
+        self.traffic.bucket_done()
+        return future.value()
+
+
+# DDP checks the bucket annotation by identity, which a stringified annotation (from the
+# __future__ import) fails; so the parameter carries none.
+def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
+    buffer = bucket.buffer()
+    observed.traffic.bucket_ready(buffer.numel() * buffer.element_size())
+    if observed.pending is not None:
+        observed.pending.wait()
+    future = observed.hook(observed.state, bucket).then(observed.done)
+    if observed.serialize:
+        observed.pending = future
+    return future
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
+               traffic: GradientTraffic, *, observe: bool) -> nn.Module:
+    """DDP around the model. Gradients are views into DDP's buckets (no copy per step).
+
+    ``observe``: run the configured comm hook (the plain all-reduce hook for none) inside
+    an observer that counts the bytes it sends and stamps each bucket, for the record's
+    bytes per step and bucket timeline. Without it and with no compression hook, DDP keeps
+    its built-in C++ all-reduce, the fastest path; the job then observes a few extra steps
+    of a second, observed wrapper (see ``bench.rank.train.traffic_probe``)."""
+    ddp = DistributedDataParallel(
+        model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None,
+        bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
+        gradient_as_bucket_view=True)
+    if not observe and cfg.comm_hook == "none":
+        return ddp
+    _install_counter(traffic)
+    state, hook = comm_hook(cfg)
+    serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
+    ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
+    return ddp
+
+
+def observes_timed_steps(cfg: DistributedConfig, world_size: int) -> bool:
+    """Whether the timed steps themselves are observed: when a compression hook replaces
+    DDP's all-reduce anyway, and under FSDP (its collectives are counted where they are
+    issued, at no cost). One process trains bare, and DDP's plain all-reduce stays its own;
+    both are observed by a short probe after training."""
+    return world_size > 1 and (cfg.comm_hook != "none" or cfg.strategy == "fsdp")
+
+
+class _CountingFSDPCollectives:
+    """Stands in for ``torch.distributed`` inside FSDP2's collectives module: counts each
+    all-gather (its output: the unsharded parameters) and reduce-scatter (its input: the
+    unsharded gradients) into the current ``GradientTraffic``; everything passes through."""
+
+    def __init__(self) -> None:
+        self.traffic: GradientTraffic | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(dist, name)
+
+    def all_gather_single(self, output, input, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(output, "all_gather")
+        return dist.all_gather_single(output, input, *args, **kwargs)
+
+    def reduce_scatter_single(self, output, input, *args, **kwargs):
+        if self.traffic is not None:
+            self.traffic.sent(input, "reduce_scatter")
+        return dist.reduce_scatter_single(output, input, *args, **kwargs)
+
+
+_FSDP_COUNTER = _CountingFSDPCollectives()
+# Sharding unit: a submodule becomes its own FSDP unit once it holds this many parameters
+# not already in a unit below it (as FSDP1's size-based policy): per layer for the deep &
+# wide MLP, per block for ResNets.
+MIN_UNIT_PARAMS = 1_000_000
+
+
+def shard_model(model: nn.Module, traffic: GradientTraffic,
+                min_unit_params: int = MIN_UNIT_PARAMS) -> nn.Module:
+    """FSDP2 (fully_shard) over the model: units bottom-up by size, then the root. Each
+    rank keeps 1/world of the parameters, gradients and optimizer state; a unit's
+    parameters are all-gathered for its forward and backward, its gradients
+    reduce-scattered. Build the optimizer after this: the parameters are new (DTensors)."""
+    from torch.distributed.fsdp import _fully_shard, fully_shard
+
+    _FSDP_COUNTER.traffic = traffic
+    _fully_shard._fsdp_collectives.dist = _FSDP_COUNTER
+
+    def unsharded(module: nn.Module) -> int:
+        """Parameters of ``module`` not yet in a unit, after sharding its children."""
+        left = sum(p.numel() for p in module.parameters(recurse=False))
+        for child in module.children():
+            left += unsharded(child)
+        if module is not model and left >= min_unit_params:
+            fully_shard(module)
+            return 0
+        return left
+
+    unsharded(model)
+    fully_shard(model)
+    return model
