@@ -4,6 +4,8 @@ sees CUDA and enough devices, on a driver at least the flavour's minimum."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 
@@ -11,6 +13,13 @@ import pytest
 
 from bench.host import doctor
 from bench.host.checks import FAIL, PASS, WARN
+from conftest import REPO
+
+CHECK_GPU = REPO / "scripts" / "check-gpu.sh"
+REFUSAL = ("docker: Error response from daemon: failed to create task for container: "
+           "OCI runtime create failed: nvidia-container-cli: requirement error: unsatisfied "
+           "condition: cuda>=13.0, please update your driver to a newer version, or use an "
+           "earlier cuda container: unknown.")
 
 
 class ScriptedDoctor(doctor.Doctor):
@@ -47,9 +56,34 @@ def _check(driver="580.95.05", probe=(0, _probe()), **kwargs):
 def test_a_ready_gpu_host_passes_and_reports_nccl():
     row, versions, commands = _check()
     assert row.result == PASS and "8 GPU(s) usable" in row.detail and "NCCL 2.28.9" in row.detail
+    assert "driver 580.95.05 >= 580" in row.detail
     assert versions == "2.14.1 13.0 2.28.9"
-    probe = next(c for c in commands if "docker run" in c)
-    assert "--gpus all" in probe and "torch.cuda.is_available()" in probe
+    (probe,) = [shlex.split(c) for c in commands if "docker run" in c]
+    assert probe[:5] == ["docker", "run", "--rm", "--gpus", "all"]
+    assert probe[-3:] == ["bench-trainer:cuda", "-c", doctor.GPU_PROBE]
+    assert "torch.cuda.is_available()" in probe[-1]
+
+
+def test_the_probe_reaches_ssh_as_one_argv_with_the_gpus_attached(monkeypatch):
+    """Through the real Doctor.run: ssh options, ``--``, the host, then the remote command,
+    whose words are the probe's argv (the image name quoted, whatever it holds)."""
+    seen = []
+
+    def fake_run(argv, **kwargs):
+        seen.append(argv)
+        answer = "580.95.05" if "nvidia-smi" in argv[-1] else _probe()
+        return subprocess.CompletedProcess(argv, 0, answer, "")
+
+    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    d = doctor.Doctor(["gpu1"], "registry.example:5000/bench-trainer:cuda", {}, None,
+                      "fashion-mnist", 29500)
+    assert d.check_gpu("gpu1") == "2.14.1 13.0 2.28.9"
+    smi, probe = seen
+    for argv in seen:
+        assert argv[0] == "ssh" and argv[-3:-1] == ["--", "gpu1"]
+    assert shlex.split(probe[-1]) == doctor.gpu_probe_argv(
+        "registry.example:5000/bench-trainer:cuda")
+    assert "--gpus" in shlex.split(probe[-1])
 
 
 def test_a_driver_below_the_floor_names_the_flavour_it_runs():
@@ -61,10 +95,29 @@ def test_a_driver_below_the_floor_names_the_flavour_it_runs():
 
 
 def test_the_containers_cuda_refusal_is_the_driver_not_the_toolkit():
-    row, _, _ = _check(probe=(125, "nvidia-container-cli: requirement error: unsatisfied "
-                                   "condition: cuda>=13.0, please update your driver"))
-    assert row.result == FAIL and "the image refuses this driver" in row.detail
+    # --torch-flavour says cu126 (driver 550 passes its floor), but the image is CUDA 13.0:
+    # the runtime refuses it, and the floor named is the image's, with a build that runs.
+    row, versions, _ = _check(driver="550.54.15", probe=(125, REFUSAL), flavour="cu126")
+    assert row.result == FAIL and versions is None
     assert "nvidia-container-toolkit" not in row.detail
+    assert row.detail.startswith("the image needs CUDA 13.0")
+    assert ("driver 550.54.15 is older than 580, the minimum for TORCH_FLAVOUR=cu130 (CUDA "
+            "13.0). Update the driver, or build for this one: make build TORCH_FLAVOUR=cu126"
+            in row.detail)
+    assert "--torch-flavour cu126 (CUDA 12.6) is not the image's flavour, cu130" in row.detail
+
+
+def test_a_refusal_for_a_cuda_line_outside_the_table_still_names_a_build():
+    refusal = REFUSAL.replace("cuda>=13.0", "cuda>=12.9")
+    row, _, _ = _check(driver="550.54.15", probe=(125, refusal), flavour="cu126")
+    assert row.result == FAIL and "has no CUDA 12.9 line" in row.detail
+    assert "make build TORCH_FLAVOUR=cu126" in row.detail
+
+
+def test_a_refusal_on_a_driver_above_the_floor_points_at_the_toolkit():
+    row, _, _ = _check(driver="580.95.05", probe=(125, REFUSAL))
+    assert row.result == FAIL and "meets its minimum 580" in row.detail
+    assert "nvidia-container-toolkit" in row.detail and "make build" not in row.detail
 
 
 def test_a_missing_toolkit_is_named():
@@ -84,8 +137,67 @@ def test_too_few_devices_fail():
 
 
 def test_a_cpu_host_is_a_warning():
-    row, versions, _ = _check(driver=(127, "nvidia-smi: command not found"))
+    row, versions, _ = _check(driver=(127, "bash: line 1: nvidia-smi: command not found"))
     assert row.result == WARN and versions is None
+
+
+def test_a_broken_driver_is_a_failure_not_a_cpu_host():
+    row, _, commands = _check(driver=(18, "Failed to initialize NVML: Driver/library version "
+                                          "mismatch"))
+    assert row.result == FAIL and "Driver/library version mismatch" in row.detail
+    assert not any("docker run" in c for c in commands)
+
+
+def test_an_unreadable_driver_version_fails():
+    row, _, _ = _check(driver="N/A")
+    assert row.result == FAIL and "no driver version ('N/A')" in row.detail
+
+
+def test_a_cpu_job_does_not_check_the_gpus():
+    row, versions, commands = _check(gpus_per_node=0)
+    assert row.result == PASS and "not checked" in row.detail
+    assert versions is None and commands == []
+
+
+def _check_gpu_sh(tmp_path, driver: str, flavour: str) -> str:
+    """scripts/check-gpu.sh's first line against a fake nvidia-smi reporting ``driver``."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir(exist_ok=True)
+    tool.write_text("#!/bin/sh\ncase \"$*\" in *driver_version*) echo '" + driver + "';;\n"
+                    "*) echo 'GPU 0: NVIDIA H100 (UUID: GPU-0)';; esac\n")
+    tool.chmod(0o755)
+    out = subprocess.run(["bash", str(CHECK_GPU), flavour], capture_output=True, text=True,
+                         env={**os.environ, "PATH": f"{tool.parent}:{os.environ['PATH']}"},
+                         timeout=60)
+    assert out.returncode == 1, out.stderr
+    return out.stderr.splitlines()[0].removeprefix("check-gpu: ")
+
+
+@pytest.mark.parametrize("driver, flavour", [("535.104.05", "default"),
+                                             ("550.54.14", "cu130"),
+                                             ("470.256.02", "cu126"),
+                                             ("470.256.02", "default")])
+def test_doctor_and_check_gpu_say_the_same_words(tmp_path, driver, flavour):
+    """One wording for the driver floor: the host check and the cluster check agree."""
+    table = doctor.flavours()
+    row, _, _ = _check(driver=driver, flavour=flavour)
+    assert row.detail == doctor.driver_advice(driver, table[flavour], table)
+    assert row.detail == _check_gpu_sh(tmp_path, driver, flavour)
+
+
+def test_the_probes_run_on_this_torch():
+    """The probe texts are real Python: they report what this torch sees, and NCCL's
+    version, which needs no device (a CUDA build on a machine without GPU reads it too)."""
+    for code in (doctor.VERSIONS, doctor.GPU_PROBE):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    import torch
+    assert found["torch"] == torch.__version__
+    assert found["available"] is torch.cuda.is_available()
+    if torch.version.cuda:
+        assert found["nccl"].count(".") == 2
 
 
 @pytest.mark.parametrize("major, expected", [(530, "cu126"), (579, "cu126"), (580, "cu130"),

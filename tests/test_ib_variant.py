@@ -3,6 +3,7 @@ render it: the HCAs and IPC_LOCK there, and nowhere else; IB is not disabled by 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -29,6 +30,8 @@ def test_the_ib_variant_adds_the_hcas_and_memory_locking(compose_variant):
                for d in ib["devices"]]
     assert any(d.startswith("/dev/infiniband:/dev/infiniband") for d in devices)
     assert ib["cap_add"] == ["IPC_LOCK"]
+    # RDMA registers (pins) memory: no limit on locked memory, as for the GPU trainer.
+    assert ib["ulimits"]["memlock"] in (-1, {"soft": -1, "hard": -1})
     # Everything else is the GPU trainer's: GPUs, host networking, memlock.
     assert ib["network_mode"] == "host"
     assert ib["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
@@ -46,3 +49,14 @@ def test_infiniband_is_not_disabled_by_default():
                 if line and not line.startswith("#") and "=" in line}
     assert "NCCL_IB_DISABLE" not in settings
     assert "#NCCL_IB_HCA=" in EXAMPLE_ENV.read_text()
+
+
+def test_nothing_in_the_stack_disables_infiniband():
+    """Only a user's settings file may set NCCL_IB_DISABLE: no image, entrypoint, Compose
+    file or launcher does."""
+    sets_it = re.compile(r"NCCL_IB_DISABLE[\"']?\]?\s*[=:]\s*[\"']?1")
+    files = [*(REPO / "docker").iterdir(), COMPOSE_FILE, *(REPO / "scripts").iterdir(),
+             *(REPO / "bench").rglob("*.py"), REPO / "Makefile"]
+    offenders = [str(f.relative_to(REPO)) for f in files
+                 if f.is_file() and sets_it.search(f.read_text(errors="replace"))]
+    assert offenders == []

@@ -102,6 +102,66 @@ def test_unknown_profile():
         settings("tpu")
 
 
+# NCCL reads these itself with atoi-like parsing: a typo would silently fall back to a
+# default (or to TCP sockets), so each is refused here, naming the setting.
+@pytest.mark.parametrize("setting,value,hint", [
+    ("NCCL_IB_DISABLE", "yes", "0 or 1"), ("NCCL_IB_DISABLE", "true", "0 or 1"),
+    ("NCCL_IB_HCA", "mlx5_0 mlx5_1", "comma"), ("NCCL_IB_HCA", "mlx5_0:0", "comma"),
+    ("NCCL_IB_HCA", "mlx5_0;id", "comma"), ("NCCL_IB_HCA", "=", "comma"),
+    ("NCCL_IB_HCA", "mlx5_0,,mlx5_1", "comma"),
+    ("NCCL_IB_GID_INDEX", "-1", "0 to 255"), ("NCCL_IB_GID_INDEX", "256", "0 to 255"),
+    ("NCCL_SOCKET_NTHREADS", "0", "1 to 16"), ("NCCL_SOCKET_NTHREADS", "17", "1 to 16"),
+    ("NCCL_SOCKET_NTHREADS", "four", "1 to 16"),
+    ("NCCL_NSOCKS_PERTHREAD", "0", "1 to 64"), ("NCCL_NSOCKS_PERTHREAD", "65", "1 to 64"),
+])
+def test_bad_nccl_transport_values_are_refused(setting, value, hint):
+    with pytest.raises(ConfigError) as error:
+        settings("gpu", **{setting: value})
+    assert error.value.flag == setting and hint in str(error.value)
+
+
+def test_socket_threads_times_sockets_stays_within_nccls_limit():
+    settings("gpu", NCCL_SOCKET_NTHREADS="16", NCCL_NSOCKS_PERTHREAD="4")
+    with pytest.raises(ConfigError, match="NCCL_NSOCKS_PERTHREAD=8: NCCL_SOCKET_NTHREADS=16 "
+                                          "x 8 sockets is above NCCL's 64"):
+        settings("gpu", NCCL_SOCKET_NTHREADS="16", NCCL_NSOCKS_PERTHREAD="8")
+
+
+@pytest.mark.parametrize("values", [
+    {"NCCL_IB_HCA": "mlx5_0:1"}, {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1"},
+    {"NCCL_IB_HCA": "^=mlx5_2"}, {"NCCL_IB_HCA": "=mlx5_0"}, {"NCCL_IB_HCA": "mlx5"},
+    {"NCCL_IB_DISABLE": "1"}, {"NCCL_IB_DISABLE": "0"}, {"NCCL_IB_GID_INDEX": "3"},
+    {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"},
+    {"NCCL_SOCKET_NTHREADS": "", "NCCL_NSOCKS_PERTHREAD": ""},
+])
+def test_good_nccl_transport_values_pass(values):
+    settings("gpu", **values)
+
+
+def test_the_ib_profile_refuses_disabled_infiniband():
+    settings("gpu-ib", NCCL_IB_DISABLE="0")
+    with pytest.raises(ConfigError, match="NCCL_IB_DISABLE=1: PROFILE=gpu-ib gives the "
+                                          "trainer the HCAs"):
+        settings("gpu-ib", NCCL_IB_DISABLE="1")
+    settings("nfs", NCCL_IB_DISABLE="yes")  # the NFS server runs no NCCL: not its business
+
+
+def test_the_ib_profile_needs_the_hosts_rdma_devices(tmp_path):
+    settings_module.check_rdma_devices("gpu", tmp_path / "missing")  # only gpu-ib needs them
+    settings_module.check_rdma_devices("gpu-ib", tmp_path)
+    with pytest.raises(ConfigError) as error:
+        settings_module.check_rdma_devices("gpu-ib", tmp_path / "missing")
+    assert error.value.flag == "PROFILE" and "PROFILE=gpu" in str(error.value)
+
+
+def test_settings_cli_checks_the_rdma_devices_for_the_ib_profile(tmp_path, capsys,
+                                                                  monkeypatch):
+    monkeypatch.setattr(settings_module, "RDMA_DEVICES", tmp_path / "infiniband")
+    assert settings_module.main(["--env-file", str(EXAMPLE), "--profile", "gpu-ib"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("bench settings: error: PROFILE=gpu-ib: no ") and "infiniband" in line
+
+
 def test_unreachable_nfs_server_is_named():
     port = free_port()  # bound and released: nobody serves it
     node = settings(DATA_MOUNT_OPTIONS=f"addr=127.0.0.9,port={port},nfsvers=4.1,ro")

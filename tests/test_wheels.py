@@ -53,3 +53,20 @@ def test_a_flavour_outside_the_table_is_refused(tmp_path):
         out = _run(tmp_path, flavour, None)
         assert out.returncode == 2, out.stderr
         assert "TORCH_FLAVOUR=" in out.stderr and "cu126" in out.stderr
+
+
+def test_the_make_targets_make_the_venv_first_and_hand_its_python_over(tmp_path):
+    """`make wheels` on a fresh host: the venv (installing python3-venv where it is missing)
+    comes first, and the download runs with its interpreter, never the system's pip."""
+    for target in ("wheels", "wheels-cpu"):
+        out = subprocess.run(["make", "--no-print-directory", "-n", target,
+                              f"VENV={tmp_path / 'fresh-venv'}"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        venv = next(i for i, line in enumerate(lines) if "-m venv" in line)
+        (download,) = [i for i, line in enumerate(lines) if "download-wheels.sh" in line]
+        assert venv < download
+        assert "scripts/install-host.sh venv" in out.stdout
+        assert lines[download].startswith('PYTHON="$MK_VENV/bin/python" ')
+        assert "python3 -m pip" not in out.stdout

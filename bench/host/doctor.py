@@ -7,9 +7,11 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
   docker     the Docker engine answers and Compose is installed
   image      the trainer image is there; its id and torch/CUDA/NCCL versions agree across hosts
   gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), and
-             torch inside the image, run with the GPUs attached, sees CUDA and at least
-             --gpus-per-node devices (WARN on a host without NVIDIA driver); its NCCL
-             version joins the image comparison
+             torch inside the image, run with the GPUs attached (docker run --gpus all),
+             sees CUDA and at least --gpus-per-node devices; a refusal such as
+             'unsatisfied condition: cuda>=13.0' names the driver floor and the build line
+             of a flavour this driver runs, as scripts/check-gpu.sh does. WARN on a host
+             without NVIDIA driver; not checked with --gpus-per-node 0 (a CPU job)
   interface  the interface routing to MASTER_ADDR exists and matches NCCL/GLOO_SOCKET_IFNAME
   rendezvous MASTER_PORT on the first host is reachable from this host
   shm        /dev/shm is at least 1 GiB (the trainer containers share the host's: ipc host)
@@ -62,14 +64,17 @@ _ADDRESS = re.compile(r"\binet6? ([0-9A-Fa-f:.]+)/")
 EXPOSED = ("the c10d store and NCCL/gloo have no authentication and exchange pickled "
            "objects: keep the job on a private network, or firewall MASTER_PORT and the "
            "NCCL/gloo ports to the nodes")
-VERSIONS = ("import torch; nccl = torch.cuda.nccl.version() if "
-            "torch.cuda.is_available() else None; print(torch.__version__, torch.version.cuda, "
-            "nccl)")
+# torch/CUDA/NCCL as one comparable string. NCCL's version is linked in, so it reads
+# without a GPU; a CPU build has none.
+_NCCL = ("n = torch.cuda.nccl.version() if hasattr(torch._C, '_nccl_version') else None; "
+         "nccl = '.'.join(map(str, n)) if isinstance(n, tuple) else n")
+VERSIONS = f"import torch; {_NCCL}; print(torch.__version__, torch.version.cuda, nccl)"
 # Run in the image with the GPUs attached: what torch itself can use, and its versions.
-GPU_PROBE = ("import json, torch; ok = torch.cuda.is_available(); print(json.dumps({"
-             "'available': ok, 'count': torch.cuda.device_count() if ok else 0, "
-             "'torch': torch.__version__, 'cuda': torch.version.cuda, 'nccl': "
-             "'.'.join(map(str, torch.cuda.nccl.version())) if ok else None}))")
+GPU_PROBE = (f"import json, torch; {_NCCL}; ok = torch.cuda.is_available(); "
+             "print(json.dumps({'available': ok, 'count': torch.cuda.device_count() if ok "
+             "else 0, 'torch': torch.__version__, 'cuda': torch.version.cuda, 'nccl': nccl}))")
+# What nvidia-container-cli says when the image's NVIDIA_REQUIRE_CUDA is above the driver's.
+_CUDA_REFUSAL = re.compile(r"unsatisfied condition: cuda\s*>=\s*([0-9]+(?:\.[0-9]+)?)")
 FLAVOURS = Path(__file__).resolve().parents[2] / "docker" / "cuda-flavours.tsv"
 
 
@@ -95,20 +100,74 @@ def flavours(table: Path = FLAVOURS) -> dict[str, Flavour]:
 def flavour_for_driver(major: int, table: dict[str, Flavour]) -> Flavour | None:
     """The newest CUDA line a driver runs (``default`` is an alias, never named)."""
     fits = [f for f in table.values() if f.name != "default" and f.min_driver <= major]
-    return max(fits, key=lambda f: tuple(int(x) for x in f.cuda.split(".")), default=None)
+    return max(fits, key=lambda f: _cuda_key(f.cuda), default=None)
+
+
+def flavour_for_cuda(cuda: str, table: dict[str, Flavour]) -> Flavour | None:
+    """The named flavour of CUDA line ``cuda`` (what an image asking for cuda>=X was built
+    for), or None where the table has no such line. ``13`` is 13.0."""
+    wanted = _cuda_key(cuda if "." in cuda else cuda + ".0")
+    return next((f for f in table.values()
+                 if f.name != "default" and _cuda_key(f.cuda) == wanted), None)
+
+
+def _cuda_key(cuda: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in cuda.split("."))
+
+
+def driver_major(driver: str) -> int | None:
+    """The major number of an nvidia-smi driver version (580 of 580.95.05), or None."""
+    major = driver.split(".")[0]
+    return int(major) if major.isascii() and major.isdigit() else None
 
 
 def driver_advice(driver: str, flavour: Flavour, table: dict[str, Flavour]) -> str:
     """What to do when ``driver`` is below ``flavour``'s floor: the exact build line of a
-    flavour it does run, as scripts/check-gpu.sh prints it."""
-    major = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else 0
-    works = flavour_for_driver(major, table)
-    text = (f"driver {driver} is older than {flavour.min_driver}, the minimum for "
-            f"TORCH_FLAVOUR={flavour.name} (CUDA {flavour.cuda}). Update the driver")
+    flavour it does run. Word for word what scripts/check-gpu.sh prints (one wording:
+    tests/test_doctor_gpu.py runs both)."""
+    works = flavour_for_driver(driver_major(driver) or 0, table)
     if works is None:
-        return text + f" to {flavour.min_driver} or newer (no flavour runs on it)"
-    return text + (f", or build for this one: make build TORCH_FLAVOUR={works.name} (then "
-                   f"pass TORCH_FLAVOUR={works.name} to the bench targets too)")
+        return (f"driver {driver} is older than every flavour's minimum "
+                f"(docker/cuda-flavours.tsv): update the driver to {flavour.min_driver} or "
+                "newer")
+    return (f"driver {driver} is older than {flavour.min_driver}, the minimum for "
+            f"TORCH_FLAVOUR={flavour.name} (CUDA {flavour.cuda}). Update the driver, or build "
+            f"for this one: make build TORCH_FLAVOUR={works.name} (then pass "
+            f"TORCH_FLAVOUR={works.name} to the bench targets too)")
+
+
+def refusal_advice(said: str, driver: str, flavour: Flavour,
+                   table: dict[str, Flavour]) -> str | None:
+    """The fix for a container the NVIDIA runtime refused with ``unsatisfied condition:
+    cuda>=X`` (the image needs a newer driver), or None for any other failure. The floor
+    is the one of the CUDA line the image asks for: --torch-flavour may not be the image's."""
+    match = _CUDA_REFUSAL.search(said)
+    if match is None:
+        return None
+    cuda = match.group(1)
+    needed = flavour_for_cuda(cuda, table)
+    head = f"the image needs CUDA {cuda} (the NVIDIA runtime refused it: cuda>={cuda}): "
+    mismatch = "" if needed is None or needed.cuda == flavour.cuda else (
+        f"; --torch-flavour {flavour.name} (CUDA {flavour.cuda}) is not the image's "
+        f"flavour, {needed.name}")
+    major = driver_major(driver)
+    if needed is None:
+        works = flavour_for_driver(major or 0, table)
+        fix = (f"make build TORCH_FLAVOUR={works.name} (then pass TORCH_FLAVOUR={works.name} "
+               "to the bench targets too)" if works else "update the driver")
+        return head + (f"docker/cuda-flavours.tsv has no CUDA {cuda} line, so the image was "
+                       f"not built from it; for driver {driver}: {fix}")
+    if major is not None and major >= needed.min_driver:
+        return head + (f"driver {driver} meets its minimum {needed.min_driver}, so the "
+                       "container toolkit misreads it: update nvidia-container-toolkit "
+                       "(scripts/install-host.sh gpu) and restart Docker") + mismatch
+    return head + driver_advice(driver, needed, table) + mismatch
+
+
+def gpu_probe_argv(image: str) -> list[str]:
+    """The image's torch with every GPU attached, as `docker compose --profile gpu` runs it."""
+    return ["docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", image,
+            "-c", GPU_PROBE]
 
 
 class Doctor:
@@ -208,48 +267,77 @@ class Doctor:
     def check_gpu(self, host: str) -> str | None:
         """The GPU checks; returns torch/CUDA/NCCL as torch sees them with the GPUs attached
         (None where that could not be read)."""
-        smi = self.run(host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
-        if smi.returncode != 0:
-            self.add(host, "gpu", WARN, "no NVIDIA driver: a CPU host (gloo only)")
+        if self.gpus_per_node == 0:
+            self.add(host, "gpu", PASS, "--gpus-per-node 0: a CPU job, GPUs not checked")
             return None
-        driver = (smi.stdout.strip().splitlines() or ["?"])[0].strip()
-        major = driver.split(".")[0]
-        if not major.isdigit() or int(major) < self.flavour.min_driver:
-            self.add(host, "gpu", FAIL, driver_advice(driver, self.flavour, self.table))
+        driver = self.check_driver(host)
+        if driver is None:
             return None
-        out = self.run(host, f"docker run --rm --gpus all --entrypoint python3 "
-                       f"{shlex.quote(self.image)} -c {shlex.quote(GPU_PROBE)}", timeout=300)
-        said = (out.stdout + out.stderr).strip()
+        out = self.run(host, shlex.join(gpu_probe_argv(self.image)), timeout=300)
         if out.returncode != 0:
-            if "unsatisfied condition: cuda>=" in said:
-                self.add(host, "gpu", FAIL, "the image refuses this driver: "
-                         + driver_advice(driver, self.flavour, self.table))
-            elif "could not select device driver" in said or "unknown runtime" in said:
-                self.add(host, "gpu", FAIL, "Docker cannot give containers the GPUs: install "
-                         "nvidia-container-toolkit (scripts/install-host.sh gpu), restart Docker")
-            else:
-                self.add(host, "gpu", FAIL, f"the GPU probe failed in the image: "
-                         f"{(said.splitlines() or ['no output'])[-1][:160]}")
+            self.add(host, "gpu", FAIL, self.probe_failure((out.stdout + out.stderr).strip(),
+                                                           driver))
             return None
         try:
             found = json.loads(out.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            self.add(host, "gpu", FAIL, f"unreadable GPU probe output: {said[:120]}")
+            versions = f"{found['torch']} {found['cuda']} {found['nccl']}"
+            available, count = bool(found["available"]), int(found["count"])
+        except (ValueError, IndexError, KeyError, TypeError):
+            self.add(host, "gpu", FAIL, f"unreadable GPU probe output: {out.stdout[:120]!r}")
             return None
-        versions = f"{found['torch']} {found['cuda']} {found['nccl']}"
-        if not found["available"]:
-            self.add(host, "gpu", FAIL, f"torch {found['torch']} (CUDA {found['cuda']}) in the "
-                     f"image sees no GPU with driver {driver}: check the driver against "
-                     f"docker/cuda-flavours.tsv and the container toolkit")
-        elif found["count"] < self.gpus_per_node:
-            self.add(host, "gpu", FAIL, f"{found['count']} GPU(s) visible to torch, "
-                     f"--gpus-per-node {self.gpus_per_node} needed")
+        if not available:
+            self.add(host, "gpu", FAIL, f"torch {found['torch']} (CUDA {found['cuda']}) in "
+                     f"{self.image} sees no GPU although nvidia-smi reports driver {driver}: "
+                     "update nvidia-container-toolkit (1.17.5 or newer puts the image's CUDA "
+                     "compat libraries in place), and check that the image was built for "
+                     f"this driver (--torch-flavour {self.flavour.name}, "
+                     "docker/cuda-flavours.tsv)")
+        elif count < self.gpus_per_node:
+            self.add(host, "gpu", FAIL, f"{count} GPU(s) visible to torch, --gpus-per-node "
+                     f"{self.gpus_per_node} needed: check nvidia-smi -L on {host}, or lower "
+                     "--gpus-per-node")
         else:
-            self.add(host, "gpu", PASS, f"{found['count']} GPU(s) usable by torch "
-                     f"{found['torch']}, CUDA {found['cuda']}, NCCL {found['nccl']}; driver "
-                     f"{driver} >= {self.flavour.min_driver} (TORCH_FLAVOUR="
-                     f"{self.flavour.name})")
+            self.add(host, "gpu", PASS, f"{count} GPU(s) usable by torch {found['torch']}, "
+                     f"CUDA {found['cuda']}, NCCL {found['nccl']}; driver {driver} >= "
+                     f"{self.flavour.min_driver} (TORCH_FLAVOUR={self.flavour.name})")
         return versions
+
+    def check_driver(self, host: str) -> str | None:
+        """The host's driver version when it is at least the flavour's floor; else a row
+        (WARN on a host without NVIDIA driver, FAIL otherwise) and None."""
+        smi = self.run(host, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+        said = (smi.stdout + smi.stderr).strip()
+        if smi.returncode == 127:  # the shell's "command not found"
+            self.add(host, "gpu", WARN, "no NVIDIA driver (nvidia-smi not found): a CPU host "
+                     "(gloo only)")
+            return None
+        if smi.returncode != 0:
+            # nvidia-smi is there but cannot reach the driver: a GPU host torch cannot use.
+            last = (said.splitlines() or [f"exit {smi.returncode}"])[-1][:120]
+            self.add(host, "gpu", FAIL, f"nvidia-smi fails on {host}: {last}: reload the "
+                     "driver (after a driver update, a library mismatch needs a reboot)")
+            return None
+        driver = (smi.stdout.strip().splitlines() or [""])[0].strip()
+        major = driver_major(driver)
+        if major is None:
+            self.add(host, "gpu", FAIL, f"nvidia-smi reports no driver version ('{driver}'): "
+                     "check the driver with nvidia-smi")
+            return None
+        if major < self.flavour.min_driver:
+            self.add(host, "gpu", FAIL, driver_advice(driver, self.flavour, self.table))
+            return None
+        return driver
+
+    def probe_failure(self, said: str, driver: str) -> str:
+        """Why the GPU probe's container did not run, and the fix, from what Docker said."""
+        refused = refusal_advice(said, driver, self.flavour, self.table)
+        if refused:
+            return refused
+        if "could not select device driver" in said or "unknown runtime" in said:
+            return ("Docker cannot give containers the GPUs: install nvidia-container-toolkit "
+                    "(scripts/install-host.sh gpu), then restart Docker")
+        last = (said.splitlines() or ["no output"])[-1][:160]
+        return f"the GPU probe (docker run --gpus all {self.image}) failed: {last}"
 
     def check_interface(self, host: str) -> list[str]:
         """The interface checks; returns the interfaces NCCL/gloo will use on ``host``."""
@@ -447,7 +535,8 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
                         help="the image's TORCH_FLAVOUR, whose minimum driver the GPU hosts "
                         "need (docker/cuda-flavours.tsv)")
     parser.add_argument("--gpus-per-node", type=int, default=1,
-                        help="GPUs torch must see on each GPU host (default: 1)")
+                        help="GPUs torch must see on each GPU host (default: 1; 0: a CPU "
+                        "job, the GPUs are not checked)")
     parser.add_argument("--image", default="bench-trainer:cuda", help="the trainer image")
     parser.add_argument("--env-file", type=Path, help="node settings (NCCL/GLOO interface, "
                         "dataset volume); default compose/.env, else compose/.env.example")

@@ -188,6 +188,8 @@ class NodeSettings:
         if job_id and not _JOB_ID.fullmatch(job_id):
             raise ConfigError("BENCH_JOB_ID", shown(job_id), "letters, digits, '-', '_' and "
                               "'.', at most 64, not starting with '-' (launchers set it)")
+        if profile != "nfs":  # the trainers' NCCL transport; the NFS server has none
+            check_nccl_transport(values, profile)
         return cls(profile=profile, nnodes=nnodes, node_rank=node_rank,
                    nproc_per_node=_int(values, "NPROC_PER_NODE", 1, MAX_NPROC_PER_NODE),
                    master_addr=master_addr or "127.0.0.1", master_port=master_port,
@@ -202,6 +204,56 @@ class NodeSettings:
             if key.strip() == name:
                 return value.strip()
         return None
+
+
+# NCCL's transport settings, which reach the trainers through env_file as the file has them.
+# NCCL reads numbers with strtoll and names as prefixes, so a typo does not fail: it becomes
+# 0, a default, or an HCA that matches nothing, and the job silently runs over TCP sockets.
+# Limits are NCCL's own (src/transport/net_socket.cc: MAX_THREADS 16, MAX_SOCKETS 64).
+MAX_SOCKET_THREADS, MAX_SOCKETS = 16, 64
+# NCCL_IB_HCA: [^][=]name[:port][,name[:port]...], e.g. mlx5_0:1,mlx5_1:1 or ^=mlx5_2
+_IB_HCA = re.compile(r"\^?=?[A-Za-z0-9_.-]{1,64}(:[1-9][0-9]{0,2})?"
+                     r"(,[A-Za-z0-9_.-]{1,64}(:[1-9][0-9]{0,2})?){0,63}")
+RDMA_DEVICES = Path("/dev/infiniband")
+
+
+def check_nccl_transport(values: dict[str, str], profile: str) -> None:
+    """NCCL_IB_DISABLE, NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_SOCKET_NTHREADS and
+    NCCL_NSOCKS_PERTHREAD, where set: values NCCL takes as meant, and a profile that agrees."""
+    disable = values.get("NCCL_IB_DISABLE", "")
+    if disable not in ("", "0", "1"):
+        raise ConfigError("NCCL_IB_DISABLE", shown(disable), "0 or 1 (1 forces TCP sockets); "
+                          "unset, NCCL uses InfiniBand/RoCE where the node has an HCA")
+    if profile == "gpu-ib" and disable == "1":
+        raise ConfigError("NCCL_IB_DISABLE", "1", "PROFILE=gpu-ib gives the trainer the HCAs "
+                          "for NCCL to use: unset NCCL_IB_DISABLE, or use PROFILE=gpu")
+    hca = values.get("NCCL_IB_HCA", "")
+    if hca and not _IB_HCA.fullmatch(hca):
+        raise ConfigError("NCCL_IB_HCA", shown(hca), "HCA names with an optional port, comma "
+                          "separated, e.g. mlx5_0:1 or mlx5_0:1,mlx5_1:1 (ibv_devinfo lists "
+                          "them); ^ in front excludes, = matches names exactly")
+    if values.get("NCCL_IB_GID_INDEX"):
+        _int(values, "NCCL_IB_GID_INDEX", 0, 255, allowed="a GID index, 0 to 255 (RoCE v2 "
+             "is usually 3; show_gids lists them)")
+    threads = sockets = None
+    if values.get("NCCL_SOCKET_NTHREADS"):
+        threads = _int(values, "NCCL_SOCKET_NTHREADS", 1, MAX_SOCKET_THREADS)
+    if values.get("NCCL_NSOCKS_PERTHREAD"):
+        sockets = _int(values, "NCCL_NSOCKS_PERTHREAD", 1, MAX_SOCKETS)
+    if threads and sockets and threads * sockets > MAX_SOCKETS:
+        raise ConfigError("NCCL_NSOCKS_PERTHREAD", sockets, f"NCCL_SOCKET_NTHREADS={threads} "
+                          f"x {sockets} sockets is above NCCL's {MAX_SOCKETS}: lower one, e.g. "
+                          "4 x 4 for 25-100 GbE")
+
+
+def check_rdma_devices(profile: str, devices: Path | None = None) -> None:
+    """PROFILE=gpu-ib passes the host's /dev/infiniband to the trainer: without it, the
+    container does not start ("error gathering device information")."""
+    devices = devices or RDMA_DEVICES
+    if profile == "gpu-ib" and not devices.is_dir():
+        raise ConfigError("PROFILE", "gpu-ib", f"no {devices} on this host: load the RDMA "
+                          "drivers (ibv_devinfo lists the HCAs), or use PROFILE=gpu for TCP "
+                          "sockets")
 
 
 def check_data_volume(settings: NodeSettings, timeout: float) -> None:
@@ -377,7 +429,7 @@ def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-file", type=Path, required=True)
-    parser.add_argument("--profile", required=True, help="cpu, gpu or nfs")
+    parser.add_argument("--profile", required=True, help=", ".join(PROFILES))
     parser.add_argument("--nfs-timeout", type=finite_float, default=5.0,
                         help="seconds to wait for the NFS server (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -393,6 +445,7 @@ def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
         if settings.profile == "nfs":
             check_nfs_server(values)
         else:
+            check_rdma_devices(settings.profile)
             check_data_volume(settings, args.nfs_timeout)
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
