@@ -144,3 +144,16 @@ def test_bench_slurm_script_prints_one_job(tmp_path):
                               "--topologies", "1x1,2x1", "--", "--steps", "3"], cwd=REPO,
                              capture_output=True, text=True)
     assert several.returncode == 2 and "a script is one job" in several.stderr
+
+
+def test_doctor_reads_the_munge_socket_slurm_authenticates_through():
+    """A cluster with its own munged (AuthInfo=socket=...) is checked on that socket, not on
+    the system's default one, which may not run at all."""
+    from bench.host.doctor_slurm import munge_socket
+
+    config = ("AuthAltTypes            = (null)\n"
+              "AuthInfo                = cred_expire=120,socket=/var/lib/x/run/munge.socket\n"
+              "AuthType                = auth/munge\n")
+    assert munge_socket(config) == "/var/lib/x/run/munge.socket"
+    assert munge_socket("AuthInfo                = (null)\nAuthType = auth/munge\n") is None
+    assert munge_socket("") is None

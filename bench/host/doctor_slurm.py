@@ -35,6 +35,35 @@ def _last(out: subprocess.CompletedProcess) -> str:
     return ((out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"])[-1]
 
 
+def munge_socket(config: str) -> str | None:
+    """The munge socket Slurm authenticates through (``AuthInfo = socket=PATH`` in
+    `scontrol show config`), or None for munge's default one."""
+    for line in config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() != "AuthInfo":
+            continue
+        for option in value.split(","):
+            name, _, path = option.strip().partition("=")
+            if name == "socket" and path:
+                return path
+    return None
+
+
+def _munge_round_trip(socket: str | None, timeout: float) -> subprocess.CompletedProcess:
+    """munge -n | unmunge through the cluster's socket, as two argv processes."""
+    where = ["-S", socket] if socket else []
+    encoded = _run(["munge", "-n", *where], timeout)
+    if encoded.returncode != 0:
+        return encoded
+    try:
+        return subprocess.run(["unmunge", *where], input=encoded.stdout, capture_output=True,
+                              text=True, timeout=timeout)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(["unmunge"], 127, "", "unmunge: not installed")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["unmunge"], 124, "", f"no answer in {timeout:g} s")
+
+
 def check(partition: str | None, runtime: str, image: str | None, remote_dir: str | None,
           timeout: float = 120) -> list[Row]:
     rows: list[Row] = []
@@ -65,11 +94,12 @@ def check(partition: str | None, runtime: str, image: str | None, remote_dir: st
         ok = state in READY
         add("nodes", PASS if ok else FAIL, f"{node} {state}" + (
             "" if ok else f": scontrol update NodeName={node} State=RESUME once it is fixed"))
-    munge = subprocess.run("munge -n | unmunge", shell=True, capture_output=True, text=True,
-                           timeout=timeout)  # a fixed pipeline: no user value reaches it
+    socket = munge_socket(_run(["scontrol", "show", "config"], timeout).stdout)
+    munge = _munge_round_trip(socket, timeout)
+    where_said = f" on {socket}" if socket else ""
     add("munge", PASS if munge.returncode == 0 else FAIL,
-        "credentials encode and decode" if munge.returncode == 0 else
-        f"{_last(munge)}: start munged with the cluster's key")
+        f"credentials encode and decode{where_said}" if munge.returncode == 0 else
+        f"{_last(munge)}: start munged{where_said} with the cluster's key")
     if names:
         rows += _same_everywhere(sorted(set(names)), where, runtime, image, remote_dir, timeout)
     return rows
