@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench.__main__ import VERBS
 from conftest import REPO
 
 
@@ -25,21 +26,57 @@ def _modules(package: str) -> list[str]:
 CORE = ["config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
         "allreduce_config", "devices", "manifest", "provenance"]
 HOST_AND_ANALYSIS = _modules("host") + _modules("analysis") + CORE
-# Run first in every process below: any `import torch` then raises ImportError.
-NO_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['torchvision'] = None; "
+# Run first in every process below: any `import torch` (or torchvision) then raises
+# ImportError, and is remembered, so that one swallowed by `try: ... except ImportError`
+# still fails the test (NO_TORCH_END, run last): on the head torch would have loaded.
+NO_TORCH = """import sys
+class _NoTorch:
+    tried = []
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'torchvision'):
+            self.tried.append(name)
+            raise ImportError(f'{name} imported on the host side')
+sys.meta_path.insert(0, _NoTorch())
+"""
+NO_TORCH_END = """
+assert not _NoTorch.tried, f'tried to import {_NoTorch.tried}'
+assert not {'torch', 'torchvision'} & set(sys.modules), 'torch was imported'
+"""
 
 
 @pytest.mark.parametrize("module", HOST_AND_ANALYSIS)
 def test_imports_without_torch(module):
-    out = subprocess.run([sys.executable, "-c", NO_TORCH + f"import bench.{module}"],
-                         cwd=REPO, capture_output=True, text=True)
+    code = NO_TORCH + f"import bench.{module}" + NO_TORCH_END
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stderr[-1500:]
 
 
+def test_the_blocker_catches_a_swallowed_import():
+    """The check above fails a module that imports torch behind `except ImportError`."""
+    code = NO_TORCH + "try:\n    import torch\nexcept ImportError:\n    pass" + NO_TORCH_END
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and "tried to import ['torch']" in out.stderr, out.stderr
+
+
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    code = NO_TORCH + f"from bench.__main__ import main; sys.exit(main({list(args)!r}))"
+    code = NO_TORCH + ("from bench.__main__ import main\ntry:\n"
+                       f"    rc = main({list(args)!r})\n"
+                       "except SystemExit as exit:\n    rc = exit.code\n"
+                       + NO_TORCH_END + "sys.exit(rc)")
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True)
+
+
+# Every verb that runs on the head: `bench VERB --help` parses no argument and builds nothing.
+HEAD_VERBS = [verb for verb, (module, _) in VERBS.items() if not module.startswith("bench.rank.")]
+
+
+@pytest.mark.parametrize("verb", HEAD_VERBS)
+def test_head_verbs_help_without_torch(verb):
+    out = _bench(verb, "--help")
+    assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr[-1500:]
 
 
 def test_host_verbs_run_without_torch(tmp_path):
@@ -59,7 +96,7 @@ def test_the_head_writes_a_failure_row_without_torch(tmp_path):
         "import json\nfrom bench.config import TrainConfig\nfrom bench.options import on_head\n"
         "from bench.host.failures import failure_record\nfrom bench.topology import Topology\n"
         "with on_head():\n    cfg = TrainConfig.from_args(['--steps', '2'])\n"
-        "print(json.dumps(failure_record(cfg, Topology(2, 1))))")
+        "print(json.dumps(failure_record(cfg, Topology(2, 1))))" + NO_TORCH_END)
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr[-1500:]
