@@ -22,7 +22,7 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS MODE \
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
-  SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP
+  SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -75,7 +75,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm bench-oom doctor table plot report node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -319,6 +319,32 @@ bench-slurm: venv ## the matrix as Slurm jobs: PARTITION, NODES_PER_JOB, GPUS_PE
 	if [ "$$MK_GPUS_PER_NODE" = 0 ]; then workload_extra=(--device cpu); else workload_extra=(--device cuda); fi; \
 	$(matrix_run)
 
+# Kubernetes: one job as manifests, from the node settings (see README, "On Kubernetes"):
+# job.yaml (a headless Service and an Indexed Job) and pytorchjob.yaml (Kubeflow).
+K8S_DIR ?= results/k8s
+K8S_NAMESPACE ?= default
+RESULTS_CLAIM ?= bench-results
+SHM_SIZE ?= 8Gi
+k8s-manifests: NODES_PER_JOB ?= 2
+k8s-manifests: GPUS_PER_NODE ?= 1
+k8s-manifests: BATCH_SIZES ?= 64
+k8s-manifests: MODEL ?= resnet50
+k8s-manifests: STEPS ?= 50
+k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFILE, NODES_PER_JOB, GPUS_PER_NODE, K8S_NAMESPACE, RESULTS_CLAIM, SHM_SIZE
+	@case "$$MK_GPUS_PER_NODE" in ''|0|*[!0-9]*) echo "k8s-manifests: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 1 or more (processes per pod on PROFILE=cpu)" >&2; exit 2;; esac; \
+	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "k8s-manifests: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
+	if [ "$$MK_PROFILE" = cpu ]; then device=cpu; else device=cuda; fi; \
+	for kind in indexed pytorchjob; do \
+	  if [ $$kind = indexed ]; then file=job.yaml; else file=pytorchjob.yaml; fi; \
+	  $(PY) -m bench k8s render --output "$$MK_K8S_DIR/$$file" --k8s-kind $$kind \
+	    --topologies "$$MK_NODES_PER_JOB""x$$MK_GPUS_PER_NODE" --models "$$MK_MODEL" \
+	    --batch-sizes "$$MK_BATCH_SIZES" --image "$$MK_IMAGE" --env-file "$$MK_NODE_ENV" \
+	    --profile "$$MK_PROFILE" --namespace "$$MK_K8S_NAMESPACE" \
+	    --results-claim "$$MK_RESULTS_CLAIM" --shm-size "$$MK_SHM_SIZE" \
+	    -- --steps "$$MK_STEPS" --device $$device || exit $$?; \
+	done; \
+	echo "kubectl apply -f $$MK_K8S_DIR/job.yaml   # or pytorchjob.yaml where the training operator runs"
+
 # The multi-GPU study's result: the deep & wide MLP does not fit one device, nor two under
 # DDP (every rank holds the whole model), and fits two when FSDP shards it. Each rank may
 # allocate MEMORY_CAP beyond what it holds once torch is up (a smaller machine, on CPU);
@@ -339,11 +365,12 @@ bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2
 	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
 	echo "results: $$MK_RESULTS"
 
-doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU, interface, ports, shm, data, clocks
+doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, GPUS_PER_NODE, default 1), interface, ports, shm, data, clocks
 	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
-	@$(pick_image); \
-	$(PY) -m bench doctor --hosts "$$MK_HOSTS" --image "$$image" --env-file "$$MK_NODE_ENV"
+	@$(pick_image); per_node=$${MK_GPUS_PER_NODE:-1}; [ "$$MK_PROFILE" != cpu ] || per_node=0; \
+	$(PY) -m bench doctor --hosts "$$MK_HOSTS" --image "$$image" --env-file "$$MK_NODE_ENV" \
+	  --torch-flavour "$$MK_TORCH_FLAVOUR" --gpus-per-node "$$per_node"
 
 # RESULTS, else the newest results file under results/ (without those whose names match
 # the grep pattern $(1)), in the shell variable `results`; none: one line, exit 2.

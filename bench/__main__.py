@@ -11,6 +11,7 @@ VERBS = {
     "doctor": ("bench.host.doctor", "preflight checks of the hosts of a multi-node job"),
     "compose": ("bench.host.launchers.compose", "run one job through Compose, a project per node"),
     "slurm": ("bench.host.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
+    "k8s": ("bench.host.k8s_render", "one job's Kubernetes manifests (bench k8s render ...)"),
     "table": ("bench.analysis.table", "result tables in the layout of a lab's scaling table"),
     "plot": ("bench.analysis.plot", "PNG charts of a results file, saved beside it"),
     "report": ("bench.analysis.report", "the one-page answer beside a results file (.md, .html)"),

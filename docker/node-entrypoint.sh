@@ -4,8 +4,15 @@
 # With arguments, runs them instead (e.g. `docker run IMAGE python -m bench --help`).
 set -eu
 if [ "$#" -gt 0 ]; then exec "$@"; fi
-: "${NNODES:=1}" "${NODE_RANK:=0}" "${NPROC_PER_NODE:=1}"
-: "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${RESULTS_FILE:=/results/runs.jsonl}"
+# On Kubernetes the pod's place comes from the cluster where the contract's variable is unset:
+# an Indexed Job sets JOB_COMPLETION_INDEX; Kubeflow's PyTorchJob operator sets MASTER_ADDR,
+# MASTER_PORT, RANK (the pod's node rank) and WORLD_SIZE (pods; pods x processes once it also
+# sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, which come first). See
+# bench/host/launchers/k8s.py.
+: "${NNODES:=${PET_NNODES:-${WORLD_SIZE:-1}}}" "${NPROC_PER_NODE:=${PET_NPROC_PER_NODE:-1}}"
+: "${NODE_RANK:=${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-${RANK:-0}}}}"
+: "${MASTER_ADDR:=${PET_MASTER_ADDR:-127.0.0.1}}" "${MASTER_PORT:=${PET_MASTER_PORT:-29500}}"
+: "${RESULTS_FILE:=/results/runs.jsonl}"
 : "${RDZV_TIMEOUT:=600}"
 # A node simulated beside others on one GPU host: only its own GPUs, numbered as nvidia-smi does.
 if [ -n "${BENCH_GPUS:-}" ]; then

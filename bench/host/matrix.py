@@ -66,6 +66,9 @@ DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
                    "--precision": "--precisions", "--backend": "--backends",
                    "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums",
                    "--strategy": "--strategies"}
+# Matrix flags that only mean something on Kubernetes.
+K8S_FLAGS = ("k8s_kind", "namespace", "kube_context", "results_claim", "results_host_path",
+             "shm_size")
 # Matrix flags that only mean something for the trainer, with their defaults.
 TRAIN_DIMENSIONS = {"batch_sizes": "64", "models": "resnet18", "precisions": "fp32",
                     "comm_hooks": "none", "grad_accums": "1", "strategies": "ddp"}
@@ -163,6 +166,16 @@ class MatrixConfig:
                        "rounded up, plus a minute)")
         p.add_argument("--gpus-per-node", type=int, default=0,
                        help="slurm: GPUs each node asks for (default: 0, a CPU job)")
+        p.add_argument("--k8s-kind", choices=("indexed", "pytorchjob"),
+                       help="k8s: an Indexed Job behind a headless Service (default), or a "
+                       "Kubeflow PyTorchJob")
+        p.add_argument("--namespace", help="k8s: the namespace of the jobs (default: default)")
+        p.add_argument("--kube-context", help="k8s: kubectl's context (default: the current)")
+        p.add_argument("--results-claim", help="k8s: the PersistentVolumeClaim mounted at "
+                       "/results (default: bench-results)")
+        p.add_argument("--results-host-path", help="k8s: a directory on each node mounted at "
+                       "/results instead of a claim")
+        p.add_argument("--shm-size", help="k8s: each pod's /dev/shm, e.g. 8Gi (default: 1Gi)")
         p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
                        "would start it (torchrun lines, Compose commands, sbatch script); "
                        "start nothing")
@@ -242,6 +255,19 @@ class MatrixConfig:
                 if getattr(a, flag) is not None:
                     raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
                                       "only with --launcher slurm")
+        if a.launcher != "k8s":
+            for flag in K8S_FLAGS:
+                if getattr(a, flag) is not None:
+                    raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
+                                      "only with --launcher k8s")
+        else:
+            from bench.host.launchers import k8s
+
+            if not a.image:
+                raise ConfigError("--image", "''", "Kubernetes pulls the trainer image: give "
+                                  "its registry name, e.g. registry.example:5000/bench:cuda")
+            k8s.check_topologies(topologies)
+            k8s.check_workload_args(trainer_args)
         runtime = a.runtime or ("native" if a.launcher == "slurm" else "compose")
         if a.launcher == "ssh" and runtime == "pyxis":
             raise ConfigError("--runtime", runtime, "pyxis is a Slurm runtime: use compose or "
@@ -297,9 +323,16 @@ class MatrixConfig:
 def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
                      link_bps: int | None, visible: tuple[str, ...], most_nodes: int):
     """The chosen launcher's own options section, from the flags that belong to it."""
-    from bench.host.launchers import compose, native, netns, slurm, ssh
+    from bench.host.launchers import compose, k8s, native, netns, slurm, ssh
 
     results_root = a.results.parent
+    if a.launcher == "k8s":
+        return k8s.K8sOptions(image=a.image, env_file=a.env_file or k8s.default_env_file(),
+                              profile=a.profile or "cpu", kind=a.k8s_kind or "indexed",
+                              namespace=a.namespace or "default", context=a.kube_context,
+                              results_claim=a.results_claim,
+                              results_host_path=a.results_host_path,
+                              shm_size=a.shm_size or "1Gi")
     if a.launcher == "native":
         return native.NativeOptions(visible_gpus=visible)
     if a.launcher == "compose":

@@ -4,14 +4,15 @@ Every launcher follows ``bench.host.launchers.base.Launcher``: built from its ow
 section, it renders a ``JobSpec`` as the native job it would start, or launches it.
 ``native`` (torchrun on this host), ``compose`` (a Compose project per node on this host),
 ``ssh`` (each node on its own host), ``netns`` (each node in its own network namespace
-here, behind an emulated link), ``slurm`` (one Slurm job, one srun task per node).
+here, behind an emulated link), ``slurm`` (one Slurm job, one srun task per node), ``k8s``
+(an Indexed Job or a Kubeflow PyTorchJob, one pod per node).
 """
 from __future__ import annotations
 
 from bench.host.launchers.base import JobSpec, Launcher, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeOutcome
 
-LAUNCHERS = ("native", "compose", "ssh", "netns", "slurm")
+LAUNCHERS = ("native", "compose", "ssh", "netns", "slurm", "k8s")
 
 __all__ = ["LAUNCHERS", "JobSpec", "Launcher", "build", "failed_to_start", "render_commands"]
 
@@ -40,6 +41,10 @@ def build(name: str, options) -> Launcher:
         from bench.host.launchers.slurm import SlurmLauncher
 
         return SlurmLauncher(options)
+    if name == "k8s":
+        from bench.host.launchers.k8s import K8sLauncher
+
+        return K8sLauncher(options)
     raise ValueError(f"unknown launcher {name!r}")
 
 
