@@ -55,8 +55,22 @@ def link() -> dict | None:
         return None
     from bench.units import parse_rate
 
-    return {"rate": rate, "rate_bps": parse_rate(rate, "BENCH_LINK_RATE"),
-            "kind": os.environ.get("BENCH_LINK_KIND", "stated")}
+    found = {"rate": rate, "rate_bps": parse_rate(rate, "BENCH_LINK_RATE"),
+             "kind": os.environ.get("BENCH_LINK_KIND", "stated")}
+    share = _cpu_share(os.environ.get("BENCH_LINK_CPU_SHARE"))
+    if share is not None:
+        found["cpu_share"] = share
+    return found
+
+
+def _cpu_share(value: str | None) -> float | None:
+    """The emulated host's share of its CPUs (0 < share <= 1), or None where unset or not
+    such a number (a record is still written; the predictor then takes a whole CPU)."""
+    try:
+        share = float(value) if value else None
+    except ValueError:
+        return None
+    return share if share is not None and 0 < share <= 1 else None
 
 
 def _installed(package: str) -> str | None:

@@ -59,6 +59,10 @@ def test_bytes_per_step_reflect_the_hook(tmp_path, hook, extra, expected):
     assert len(timeline["done_s"]) == len(timeline["ready_s"])
     assert all(ready <= done <= timeline["step_s"]
                for ready, done in zip(timeline["ready_s"], timeline["done_s"], strict=True))
+    # Each hook returned after its bucket was handed to it; PowerSGD on gloo is serialized.
+    assert all(ready <= issued <= timeline["step_s"] for ready, issued
+               in zip(timeline["ready_s"], timeline["issued_s"], strict=True))
+    assert timeline["serialized"] is (hook == "powersgd")
     assert rec["comm_probe_steps"] == 2 and rec["step_time_nosync_s"] > 0
 
 

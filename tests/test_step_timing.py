@@ -82,14 +82,17 @@ def test_the_timeline_is_resolved_from_marks_when_read():
     for _ in range(3):
         traffic.begin_step(clock.mark())           # t
         traffic.bucket_ready(100)                  # t+1
-        traffic.bucket_ready(300)                  # t+2
-        traffic.bucket_done()                      # t+3
-        traffic.bucket_done()                      # t+4
+        traffic.bucket_issued()                    # t+2
+        traffic.bucket_ready(300)                  # t+3
+        traffic.bucket_issued()                    # t+4
+        traffic.bucket_done()                      # t+5
+        traffic.bucket_done()                      # t+6
         traffic.sent(torch.zeros(100))             # 400 bytes
-        traffic.end_step(clock.mark())             # t+5
+        traffic.end_step(clock.mark())             # t+7
     timeline = traffic.timeline()
-    assert timeline["ready_s"] == [1.0, 2.0] and timeline["done_s"] == [3.0, 4.0]
-    assert timeline["step_s"] == 5.0 and timeline["steps"] == 3
+    assert timeline["ready_s"] == [1.0, 3.0] and timeline["issued_s"] == [2.0, 4.0]
+    assert timeline["done_s"] == [5.0, 6.0] and timeline["serialized"] is False
+    assert timeline["step_s"] == 7.0 and timeline["steps"] == 3
     assert timeline["buffer_bytes"] == [100, 300] and timeline["sent_bytes"] == [100.0, 300.0]
     assert timeline["stamped_by"] == "cuda_events"
 

@@ -176,7 +176,16 @@ class Lab:
     def env(self) -> dict[str, str]:
         """What every node's processes need: gloo on the lab interface, the link's rate."""
         return {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE,
-                "BENCH_LINK_RATE": self.rate, "BENCH_LINK_KIND": "emulated"}
+                "BENCH_LINK_RATE": self.rate, "BENCH_LINK_KIND": "emulated",
+                "BENCH_LINK_CPU_SHARE": f"{self.cpu_share:.6g}"}
+
+    @property
+    def cpu_share(self) -> float:
+        """The share of its pinned CPUs a node has when every node is busy: 0.5 where four
+        nodes share two CPUs. The predictor runs gloo's CPU work at this pace."""
+        total = os.cpu_count() or 1
+        pinned = sum(len(node.cpus) for node in self.nodes)
+        return min(1.0, total / pinned)
 
 
 @contextmanager

@@ -39,6 +39,7 @@ class GradientTraffic:
         self.by_kind: dict[str, int] = {}   # bytes per collective: all_reduce, all_gather...
         self.steps: list[dict] = []
         self._step: dict | None = None
+        self.serialized = False   # set by wrap_model where buckets wait for one another
 
     def reset(self) -> None:
         self.bytes = self.calls = 0
@@ -56,12 +57,19 @@ class GradientTraffic:
             self._step["sent"] += size
 
     def begin_step(self, mark: Mark) -> None:
-        self._step = {"origin": mark, "ready": [], "done": [], "sent": 0, "end": None} \
-            if len(self.steps) < self.MAX_TIMELINE_STEPS else None
+        self._step = {"origin": mark, "ready": [], "issued": [], "done": [], "sent": 0,
+                      "end": None} if len(self.steps) < self.MAX_TIMELINE_STEPS else None
 
     def bucket_ready(self, buffer_bytes: int) -> None:
         if self._step is not None:
             self._step["ready"].append((self.clock.mark(), buffer_bytes))
+
+    def bucket_issued(self) -> None:
+        """Called when a bucket's hook has returned its future: its synchronous work (for
+        PowerSGD the error feedback and the first matmul) is done on backward's thread, and
+        its first collective is under way."""
+        if self._step is not None:
+            self._step["issued"].append(self.clock.mark())
 
     def bucket_done(self) -> None:
         """Called when a bucket's all-reduce is done: on CPU from the thread that completes
@@ -91,17 +99,29 @@ class GradientTraffic:
                 "buffer_bytes": buffer_bytes,
                 # Each bucket's share of what the step sent, in proportion to its size.
                 "sent_bytes": [sent * b / total for b in buffer_bytes],
-                "done_s": [statistics.median(s["done"][i] for s in steps)
-                           for i in range(usual)]
-                if all(len(s["done"]) == usual for s in steps) else None,
+                "done_s": self._per_bucket(steps, "done", usual),
+                # When backward handed each bucket over (its hook returned): the predictor
+                # starts a bucket's collectives there, and charges the rest of the hook's
+                # work (done - issued, after the first collective) to its send.
+                "issued_s": self._per_bucket(steps, "issued", usual),
+                # Backward waited at each bucket for the previous one's hook to finish.
+                "serialized": self.serialized,
                 "step_s": statistics.median(s["duration"] for s in steps),
                 "steps": len(steps),
                 "stamped_by": self.clock.stamped_by}
+
+    @staticmethod
+    def _per_bucket(steps: list[dict], key: str, buckets: int) -> list[float] | None:
+        """The median of each bucket's ``key`` mark, where every step has one per bucket."""
+        if not all(len(s[key]) == buckets for s in steps):
+            return None
+        return [statistics.median(s[key][i] for s in steps) for i in range(buckets)]
 
     def _resolved(self, step: dict) -> dict:
         """A step's marks as seconds from its start (on CUDA this waits for its events)."""
         since = lambda mark: self.clock.seconds(step["origin"], mark)  # noqa: E731
         return {"ready": [(since(m), size) for m, size in step["ready"]],
+                "issued": [since(m) for m in step["issued"]],
                 "done": sorted(since(m) for m in step["done"]),
                 "sent": step["sent"], "duration": since(step["end"])}
 
@@ -178,6 +198,7 @@ def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
     if observed.pending is not None:
         observed.pending.wait()
     future = observed.hook(observed.state, bucket).then(observed.done)
+    observed.traffic.bucket_issued()
     if observed.serialize:
         observed.pending = future
     return future
@@ -201,6 +222,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
     _install_counter(traffic)
     state, hook = comm_hook(cfg)
     serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
+    traffic.serialized = serialize
     ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
     return ddp
 
