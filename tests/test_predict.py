@@ -180,8 +180,8 @@ def test_the_test_records_are_valid():
 def test_levers_name_compression_when_the_link_dominates():
     rec = _record(1, "none", 125e6, 100)
     ranked = levers(rec, GBIT, 2, {"powersgd": _record(1, "powersgd", 0.5e6, 100)})
-    assert ranked[0][0] == "comm-hook powersgd"
-    assert [name for name, _ in ranked][-1] == "as measured"
+    assert ranked[0].name == "comm-hook powersgd"
+    assert [lever.name for lever in ranked][-1] == "as measured"
 
 
 def test_cli_puts_the_measurement_beside_the_prediction(tmp_path):
@@ -195,8 +195,12 @@ def test_cli_puts_the_measurement_beside_the_prediction(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "1150.0" and cells[2] == "27.8"
+    # One repeat, a nominal link: the band is the point.
+    assert cells[1] == "1150.0 [1150.0-1150.0]" and cells[2] == "27.8 [27.8-27.8]"
     assert cells[8] == "25.0 (n=1)" and cells[9] == f"{25.0 / (32 / 1.15):.2f}"
+    assert cells[10] == "outside band (below)"
+    assert "band: none, the point alone (1 ok 1-node repeat; the link adds no width: a " \
+        "nominal link): run the 1-node cell again (bench matrix --repeats 3)" in proc.stdout
     assert "most help:" in proc.stdout
 
 
@@ -272,3 +276,133 @@ def test_a_gpu_timeline_must_come_from_cuda_events(tmp_path, stamped_by):
     else:
         assert proc.returncode == 2
         assert "1 GPU record(s) skipped" in proc.stderr and "CUDA events" in proc.stderr
+
+
+def _repeat(step_s: float, sent: float = 125e6, hook: str = "none") -> dict:
+    """A single-node repeat whose step took ``step_s`` (one bucket ready at 0.1 s), with the
+    samples/s that step gives, so that the median by samples/s is the median step."""
+    rec = _record(1, hook, sent, 16 / step_s)
+    rec["bucket_timeline"]["step_s"] = step_s
+    return rec
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_no_lever_is_superlinear(nodes):
+    # Almost nothing to send: every lever scales nearly linearly, and accumulation (4x the
+    # samples per step for 3 more backwards of 0.1 s, not 4x the 0.15 s step) does more on
+    # one node already. Against the plain run, its row would have read superlinear.
+    rec = _repeat(0.15, sent=1e3)
+    ranked = levers(rec, GBIT, nodes, {"powersgd": _repeat(0.12, sent=1e2, hook="powersgd")})
+    plain = 16 / 0.15
+    accum = next(lever for lever in ranked if lever.name == "grad-accum 4")
+    assert accum.samples_per_s / plain > nodes       # the old row's "speedup"
+    for lever in ranked:
+        assert lever.speedup <= nodes * (1 + 1e-9), lever.name
+        assert lever.speedup == pytest.approx(lever.samples_per_s / lever.base_samples_per_s)
+
+
+def test_each_lever_has_its_own_one_node_baseline():
+    rec, other = _repeat(0.15, sent=12.5e6), _repeat(0.12, sent=1e6, hook="powersgd")
+    by_name = {lever.name: lever for lever in levers(rec, GBIT, 4, {"powersgd": other})}
+    timeline = Timeline.of(rec)
+    accum = by_name["grad-accum 4"]
+    # 4 micro-batches of 16 on one node: 64 samples per 0.15 + 3 x 0.1 s, estimated.
+    assert accum.base_samples_per_s == pytest.approx(
+        4 * 16 / predict_step(timeline.accumulated(4), GBIT, 1).step_s)
+    assert accum.base_samples_per_s == pytest.approx(64 / 0.45)
+    assert accum.base_samples_per_s != pytest.approx(16 / 0.15) and accum.estimated
+    assert by_name["batch 2x larger"].base_samples_per_s == pytest.approx(32 / 0.25)
+    # A comm hook against its own single-node record; a faster link against the same run.
+    assert by_name["comm-hook powersgd"].base_samples_per_s == pytest.approx(16 / 0.12)
+    assert not by_name["comm-hook powersgd"].estimated
+    assert by_name["link 10x faster"].base_samples_per_s == pytest.approx(16 / 0.15)
+
+
+def test_most_help_is_the_most_samples_per_s_not_the_largest_speedup():
+    from bench.analysis.predict import LinkRange, report, single_node_repeats
+
+    # PowerSGD's run is twice as fast on one node but still sends 12.5 MB: it gives the
+    # most samples/s at 4 nodes, while accumulation has the larger speedup.
+    plain, hook = _repeat(0.3, sent=12.5e6), _repeat(0.15, sent=12.5e6, hook="powersgd")
+    ranked = levers(plain, GBIT, 4, {"powersgd": hook})
+    by_rate = max(ranked, key=lambda lever: lever.samples_per_s)
+    by_speedup = max(ranked, key=lambda lever: lever.speedup)
+    assert by_rate.name != by_speedup.name
+    text = report(single_node_repeats([plain, hook]), LinkRange.fixed(GBIT), [4])
+    section = text.split("comm-hook none\n")[1].split("\n## ")[0]
+    assert f"most help: {by_rate.name} (the most samples/s at 4 nodes" in section
+
+
+def test_the_band_spans_the_repeats():
+    from bench.analysis.predict import LinkRange, predictions, single_node_repeats
+
+    # 2 nodes: 0.1 s of backward, then 1 s on the wire, then the tail (step - 0.1 s).
+    repeats = single_node_repeats([_repeat(0.35), _repeat(0.15), _repeat(0.25)])
+    (row,) = predictions(repeats, LinkRange.fixed(GBIT), [2], {})
+    assert (row.step_s.point, row.step_s.low, row.step_s.high) == \
+        pytest.approx((1.25, 1.15, 1.35))                 # the median repeat is the point
+    assert (row.samples_per_s.low, row.samples_per_s.high) == pytest.approx((32 / 1.35,
+                                                                             32 / 1.15))
+    assert row.repeats == 3 and row.sweeps == 0 and row.measured_median is None
+    assert row.within is None and row.ratio is None
+    (measured,) = predictions(repeats, LinkRange.fixed(GBIT), [2],
+                              {(next(iter(repeats)), 2): [24.0, 26.0, 30.0]})
+    assert measured.measured_median == 26.0 and measured.within is True
+    assert measured.ratio == pytest.approx(26.0 / (32 / 1.25))
+    (slower,) = predictions(repeats, LinkRange.fixed(GBIT), [2],
+                            {(next(iter(repeats)), 2): [20.0]})
+    assert slower.within is False
+
+
+def _two_sweeps() -> list[dict]:
+    # A: 1 ms, 1 Gbit/s busbw; B (the latest): 3 ms, 0.8 Gbit/s. No CPU time recorded.
+    return [_sweep([{"size_bytes": 1024, "time_s": latency, "busbw_GBps": 0.0005},
+                    {"size_bytes": 64_000_000, "time_s": 64e6 / (busbw * 1e9),
+                     "busbw_GBps": busbw}]) for latency, busbw in ((0.001, 0.125),
+                                                                   (0.003, 0.1))]
+
+
+def test_the_band_spans_the_link_sweeps():
+    from bench.analysis.predict import LinkRange, predictions, single_node_repeats
+
+    links = LinkRange.of_sweeps(_two_sweeps())
+    assert links.point.busbw_Bps == pytest.approx(0.1e9) and links.sweeps == 2
+    assert (links.slow.busbw_Bps, links.slow.latency_s) == pytest.approx((0.1e9, 0.003))
+    assert (links.fast.busbw_Bps, links.fast.latency_s) == pytest.approx((0.125e9, 0.001))
+    (row,) = predictions(single_node_repeats([_repeat(0.15)]), links, [2], {})
+    # 125 MB: 0.1 s + 3 ms + 1.25 s + 0.05 s on B (the point, the slow end); 1 ms + 1 s on A.
+    assert (row.step_s.point, row.step_s.low, row.step_s.high) == \
+        pytest.approx((1.403, 1.151, 1.403))
+    # A planned upgrade moves both ends, each keeping its own efficiency (80%, 100%).
+    upgrade = links.at_rate(5 * 10**9)
+    assert (upgrade.slow.busbw_Bps, upgrade.fast.busbw_Bps) == pytest.approx((0.5e9, 0.625e9))
+
+
+def test_cli_says_where_the_band_comes_from(tmp_path):
+    results, comm = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
+    lines = [_repeat(0.15), _repeat(0.35), _repeat(0.25), _record(2, "none", 125e6, 21.0)]
+    results.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    elsewhere = _sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.0005}])
+    elsewhere["env"]["link"] = {**elsewhere["env"]["link"], "rate": "5gbit",
+                                "rate_bps": 5 * 10**9}
+    sweeps = [*_two_sweeps(), elsewhere]
+    sweeps[-1], sweeps[-2] = sweeps[-2], sweeps[-1]      # the latest is B, on 1 Gbit
+    comm.write_text("".join(json.dumps(r) + "\n" for r in sweeps))
+    run = [sys.executable, "-m", "bench", "predict", str(results), "--nodes", "2"]
+    proc = subprocess.run([*run, "--link-from", str(comm)], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "band: min-max over 3 ok 1-node repeats x the slowest and fastest of 2 " \
+        "all-reduce sweeps" in proc.stdout
+    assert "link band: 1 ok all-reduce sweep(s) in --link-from on another link rate" \
+        in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # The median repeat (0.25 s) on B is the point; repeats of 0.15-0.35 s on links A and
+    # B span 1.151 s (0.15 s on A) to 1.603 s (0.35 s on B).
+    assert cells[1] == "1503.0 [1151.0-1603.0]"
+    assert cells[2] == f"{32 / 1.503:.1f} [{32 / 1.603:.1f}-{32 / 1.151:.1f}]"
+    assert cells[8] == "21.0 (n=1)" and cells[10] == "within band"
+    proc = subprocess.run([*run, "--link", "1gbit"], cwd=REPO, capture_output=True, text=True)
+    assert "band: from the 3 ok 1-node repeats only (the link adds no width: a nominal " \
+        "link)" in proc.stdout

@@ -36,19 +36,49 @@ cost), an all-reduce record measured on it (``--link-from``: a and a_cpu are the
 message's time and CPU time, B the busbw and b_cpu the CPU time per byte at the largest),
 or both: the measured link moved to the nominal rate, keeping its efficiency (busbw against
 its rate), latency and CPU cost; that is a lab's planned upgrade predicted from the link it
-has. The output also says which lever would help most at the largest N: a faster link,
-compression, larger batches, or gradient accumulation.
+has.
+
+Each predicted step time and samples/s carries a band, ``point [low-high]``: the point is
+the median 1-node repeat (by samples/s) on the link as given; the band is the least and
+most of the predictions from every ok 1-node repeat of the setup, each on the slowest and
+the fastest of the link's sweeps (the ok all-reduce records in the --link-from file taken
+on the same link rate, backend and ranks as the latest: the lowest busbw with the highest
+latency and CPU costs, and the other way round). A sweep records one mean time per size,
+no spread, so one sweep (or a nominal link) adds no width and the band is the repeats'
+alone; the report says which, in one line per setup. The band is how far the measured
+noise carries, not the model's own error (see "Not modelled"). Where a measured median stands
+beside the prediction, the table says whether it falls within the band. ``predictions()``
+returns the same figures as data (point, low, high, measured median, ratio, within) for
+scripts such as a reference table; ``report()`` is text built from it.
+
+The levers say what would help most at the largest N: a faster link, compression, a
+larger batch or gradient accumulation. Each lever is set beside the same configuration
+on one node, its own baseline: a larger batch or accumulation does more samples per step
+on one node too (estimated from the timeline), a comm hook has its own single-node record,
+a faster link the same run; so no speedup is superlinear. A lever's N-node samples/s has
+the band of the repeats it starts from (this setup's, or the other hook's). "Most help" is
+the lever with the most samples/s at N nodes, what a lab gets, not the largest speedup.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from bench import record
-from bench.analysis.prediction import Link, Timeline, levers, scaling
+from bench.analysis.prediction import (
+    Lever,
+    Link,
+    Scaling,
+    Timeline,
+    levers,
+    predict_step,
+    scaling,
+)
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import Topology, parse_positive_ints
@@ -77,16 +107,28 @@ def setup_key(rec: dict) -> tuple:
     return (*key, rec.get("comm_hook"))
 
 
-def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
-    """Per setup, the median of its ok single-node training records with a bucket timeline
-    (by samples/s; the lower middle of an even count): one noisy repeat should not move
-    the prediction."""
+def single_node_repeats(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Per setup, all its ok single-node training records with a bucket timeline, slowest
+    first: the median is the point estimate, and every one is predicted from for the
+    band (how far the repeats' own noise carries into the prediction)."""
     repeats: dict[tuple, list[dict]] = {}
     for rec in record.training(records):
         if rec.get("status") == "ok" and rec.get("nnodes") == 1 and _predictable(rec):
             repeats.setdefault(setup_key(rec), []).append(rec)
-    return {key: sorted(recs, key=lambda r: r["samples_per_s"])[(len(recs) - 1) // 2]
+    return {key: sorted(recs, key=lambda r: r["samples_per_s"])
             for key, recs in repeats.items()}
+
+
+def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
+    """Per setup, the median of its repeats: the point estimate."""
+    return {key: median_repeat(recs) for key, recs in single_node_repeats(records).items()}
+
+
+def median_repeat(repeats: list[dict]) -> dict:
+    """The median repeat by samples/s (the lower middle of an even count, a real record
+    rather than an average of two): one noisy repeat should not move the prediction."""
+    ordered = sorted(repeats, key=lambda r: r["samples_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def host_stamped_gpu_timeline(rec: dict) -> bool:
@@ -108,9 +150,163 @@ def _predictable(rec: dict) -> bool:
         and (rec.get("samples_per_s") or 0) > 0 and (rec.get("global_batch_size") or 0) > 0
 
 
-def link_of(args: argparse.Namespace) -> Link:
-    """--link-from: the measured link; with --link too, that measurement moved to the
-    nominal rate (the upgrade a lab plans, from the link it has); --link alone: nominal."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class LinkRange:
+    """The link the point prediction uses, and the slowest and fastest it was measured:
+    the link's part of the band. A nominal link, or one sweep (a sweep records one mean
+    time per message size, no spread), is the same link three times and adds no width."""
+
+    point: Link
+    slow: Link
+    fast: Link
+    sweeps: int = 0      # the all-reduce records behind it; 0 for a nominal link
+    left_out: int = 0    # ok sweeps in the file taken on another link, backend or ranks
+
+    @classmethod
+    def fixed(cls, link: Link, sweeps: int = 0) -> LinkRange:
+        return cls(link, link, link, sweeps)
+
+    @classmethod
+    def of_sweeps(cls, sweeps: list[dict], left_out: int = 0) -> LinkRange:
+        """The latest sweep is the point, as with one; the slow end takes the lowest busbw
+        with the highest latency and CPU costs any sweep had, the fast end the reverse,
+        so the band covers every sweep whichever figure dominates a step."""
+        measured = [Link.from_allreduce(sweep) for sweep in sweeps]
+        point = measured[-1]
+
+        def end(pick_bw, pick_cost) -> Link:
+            return dataclasses.replace(
+                point, busbw_Bps=pick_bw(m.busbw_Bps for m in measured),
+                latency_s=pick_cost(m.latency_s for m in measured),
+                cpu_latency_s=pick_cost(m.cpu_latency_s for m in measured),
+                cpu_s_per_bus_byte=pick_cost(m.cpu_s_per_bus_byte for m in measured))
+
+        return cls(point, end(min, max), end(max, min), len(sweeps), left_out)
+
+    def at_rate(self, rate_bps: int) -> LinkRange:
+        """Each end moved to the planned rate, keeping its own efficiency."""
+        return dataclasses.replace(self, point=self.point.at_rate(rate_bps),
+                                   slow=self.slow.at_rate(rate_bps),
+                                   fast=self.fast.at_rate(rate_bps))
+
+    @property
+    def ends(self) -> tuple[Link, ...]:
+        """The links the band is predicted on (the point's too, so the band holds it)."""
+        return tuple(dict.fromkeys((self.point, self.slow, self.fast)))
+
+    @property
+    def widens(self) -> bool:
+        return len(self.ends) > 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Band:
+    """A predicted figure: the point (the median repeat on the link as given) and the
+    least and most that every repeat on either end of the link gives."""
+
+    point: float
+    low: float
+    high: float
+
+    @classmethod
+    def around(cls, point: float, values: Iterable[float]) -> Band:
+        every = [point, *values]
+        return cls(point, min(every), max(every))
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def text(self, scale: float = 1.0) -> str:
+        """``223.6 [210.1-231.0]``: the point, then the band."""
+        return f"{self.point * scale:.1f} [{self.low * scale:.1f}-{self.high * scale:.1f}]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Predicted:
+    """One setup at N nodes as data (a reference table's row): the point prediction with
+    its band, and the measured runs of the same setup on the same link beside it."""
+
+    setup: tuple
+    scaling: Scaling                   # the point: the median repeat on the link as given
+    samples_per_s: Band
+    step_s: Band
+    repeats: int                       # ok 1-node repeats behind the band
+    sweeps: int                        # all-reduce sweeps behind it (0: a nominal link)
+    measured: tuple[float, ...] = ()   # samples/s of the measured N-node runs
+
+    @property
+    def nodes(self) -> int:
+        return self.scaling.prediction.nodes
+
+    @property
+    def measured_median(self) -> float | None:
+        return statistics.median(self.measured) if self.measured else None
+
+    @property
+    def ratio(self) -> float | None:
+        """measured / predicted, against the point."""
+        median = self.measured_median
+        return None if median is None else median / self.samples_per_s.point
+
+    @property
+    def within(self) -> bool | None:
+        """Whether the measured median falls within the band; None where none was measured."""
+        median = self.measured_median
+        return None if median is None else self.samples_per_s.holds(median)
+
+
+def predictions(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
+                measured: dict[tuple, list[float]] | None = None) -> list[Predicted]:
+    """Each setup at each node count. ``repeats``: ``single_node_repeats(records)``;
+    ``measured``: ``measured_rates(records, links.point)``."""
+    measured = measured or {}
+    found = []
+    for key, recs in repeats.items():
+        median = median_repeat(recs)
+        timelines = [(Timeline.of(rec), rec["global_batch_size"]) for rec in recs]
+        for n in nodes:
+            point = scaling(Timeline.of(median), links.point, n, median["global_batch_size"])
+            steps = [(predict_step(timeline, link, n).step_s, per_node)
+                     for timeline, per_node in timelines for link in links.ends]
+            found.append(Predicted(
+                key, point,
+                Band.around(point.samples_per_s, (n * per_node / s for s, per_node in steps)),
+                Band.around(point.prediction.step_s, (s for s, _ in steps)),
+                len(recs), links.sweeps, tuple(measured.get((key, n), ()))))
+    return found
+
+
+def lever_bands(repeats: dict[tuple, list[dict]], key: tuple, links: LinkRange,
+                nodes: int) -> list[tuple[Lever, Band]]:
+    """The levers of one setup at ``nodes`` (from its median repeat on the link as given,
+    ranked by N-node samples/s), each with the band of its N-node samples/s: over the
+    repeats the lever starts from (this setup's; a comm hook's own) on either link end."""
+    others = {k[-1]: recs for k, recs in repeats.items() if k[:-1] == key[:-1] and k != key}
+    median, others_median = median_repeat(repeats[key]), \
+        {hook: median_repeat(recs) for hook, recs in others.items()}
+    starts = [(rec, others_median) for rec in repeats[key]] + \
+        [(median, {**others_median, hook: other})
+         for hook, recs in others.items() for other in recs]
+    seen: dict[str, list[float]] = {}
+    for rec, other in starts:
+        for link in links.ends:
+            for lever in levers(rec, link, nodes, other):
+                seen.setdefault(lever.name, []).append(lever.samples_per_s)
+    return [(lever, Band.around(lever.samples_per_s, seen[lever.name]))
+            for lever in levers(median, links.point, nodes, others_median)]
+
+
+def _same_link(sweep: dict) -> tuple:
+    """What makes sweeps measurements of one link: its rate, the backend, and the ranks
+    over how many nodes (latency grows with them)."""
+    rate = ((sweep.get("env") or {}).get("link") or {}).get("rate_bps")
+    return rate, sweep.get("backend"), sweep.get("world_size"), sweep.get("nnodes")
+
+
+def link_of(args: argparse.Namespace) -> LinkRange:
+    """--link-from: the measured link (the latest sweep, its spread from all sweeps of the
+    same link); with --link too, that measurement moved to the nominal rate (the upgrade a
+    lab plans, from the link it has); --link alone: nominal."""
     if args.link_from:
         sweeps = [r for r in record.load(args.link_from, "--link-from")
                   if r.get("mode") == "allreduce" and r.get("status") == "ok"
@@ -119,57 +315,112 @@ def link_of(args: argparse.Namespace) -> Link:
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
                               "over 2 or more ranks: run bench allreduce on the link first")
-        measured = Link.from_allreduce(sweeps[-1])
+        same = [s for s in sweeps if _same_link(s) == _same_link(sweeps[-1])]
+        measured = LinkRange.of_sweeps(same, len(sweeps) - len(same))
         return measured.at_rate(parse_rate(args.link, "--link")) if args.link else measured
     if not args.link:
         raise ConfigError("--link", "(not given)", "give a nominal rate (--link 5gbit), an "
                           "all-reduce record measured on the link (--link-from FILE), or both")
-    return Link.nominal(parse_rate(args.link, "--link"), args.latency)
+    return LinkRange.fixed(Link.nominal(parse_rate(args.link, "--link"), args.latency))
 
 
-def report(runs: dict[tuple, dict], link: Link, nodes: list[int],
+def band_source(repeats: int, links: LinkRange) -> str:
+    """Where a setup's band comes from, in one line, and how to widen what it rests on."""
+    runs = f"{repeats} ok 1-node repeat{'s' if repeats != 1 else ''}"
+    if links.widens:
+        return (f"band: min-max over {runs} x the slowest and fastest of {links.sweeps} "
+                "all-reduce sweeps (busbw, latency, CPU cost)")
+    why = ("a nominal link" if not links.sweeps else
+           "one all-reduce sweep, which records no spread per size" if links.sweeps == 1
+           else f"{links.sweeps} all-reduce sweeps that agree")
+    if repeats > 1:
+        return f"band: from the {runs} only (the link adds no width: {why})"
+    return (f"band: none, the point alone ({runs}; the link adds no width: {why}): run the "
+            "1-node cell again (bench matrix --repeats 3) or sweep the link again into the "
+            "--link-from file")
+
+
+def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
            measured: dict[tuple, list[float]] | None = None) -> str:
-    """The prediction tables; where ``measured`` has the same setup and node count on the
-    same link, the measured median and measured / predicted stand beside the prediction."""
-    measured = measured or {}
+    """The prediction tables, built from ``predictions()``: where ``measured`` has the same
+    setup and node count on the same link, its median, measured / predicted and whether it
+    falls within the band stand beside the prediction; then each setup's levers."""
+    link = links.point
     lines = [f"link: {link.source}, latency {link.latency_s * 1e3:.2f} ms per all-reduce",
-             _cpu_cost_line(link, runs)]
-    for key, rec in runs.items():
-        timeline = Timeline.of(rec)
-        model, size, batch, accum, precision, procs, hook = key
-        per_node = rec["global_batch_size"]
-        lines += ["", f"## {model} {size}px, batch {batch}/device x {procs} per node, "
-                  f"grad-accum {accum}, {precision}, comm-hook {hook}",
-                  f"measured on 1 node: {per_node / timeline.step_s:.1f} samples/s, step "
-                  f"{timeline.step_s * 1e3:.1f} ms, {sum(timeline.sent_bytes) / 1e6:.2f} MB "
-                  "sent per step", "",
-                  "| nodes | step ms | samples/s | speedup | efficiency | all-reduce ms | "
-                  "hidden | compute later ms | measured samples/s | measured/predicted |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for n in nodes:
-            s = scaling(timeline, link, n, per_node)
-            p = s.prediction
-            seen = measured.get((key, n))
-            median = statistics.median(seen) if seen else None
-            beside = (f"{median:.1f} (n={len(seen)}) | {median / s.samples_per_s:.2f}"
-                      if median else "- | -")
-            lines.append(f"| {n} | {p.step_s * 1e3:.1f} | {s.samples_per_s:.1f} | "
-                         f"{s.speedup:.2f} | {s.efficiency:.0%} | {p.comm_s * 1e3:.1f} | "
-                         f"{p.hidden_share:.0%} | {p.stolen_s * 1e3:.1f} | {beside} |")
-        others = {o["comm_hook"]: o for k, o in runs.items()
-                  if k[:-1] == key[:-1] and o is not rec}
-        ranked = levers(rec, link, max(nodes), others)
-        base = per_node / timeline.step_s
-        lines += ["", f"levers at {max(nodes)} nodes (samples/s, speedup over 1 node):"]
-        lines += [f"- {name}: {rate:.1f} ({rate / base:.2f}x)" for name, rate in ranked]
-        best = next(name for name, _ in ranked if name != "as measured") \
-            if ranked[0][0] == "as measured" and len(ranked) > 1 else ranked[0][0]
-        lines.append(f"most help: {best}")
+             _cpu_cost_line(link, repeats), *_link_band_lines(links)]
+    by_setup: dict[tuple, list[Predicted]] = {}
+    for row in predictions(repeats, links, nodes, measured):
+        by_setup.setdefault(row.setup, []).append(row)
+    for key, rows in by_setup.items():
+        lines += ["", *_setup_lines(key, repeats[key]), band_source(len(repeats[key]), links),
+                  "", "| nodes | step ms [band] | samples/s [band] | speedup | efficiency | "
+                  "all-reduce ms | hidden | compute later ms | measured samples/s | "
+                  "measured/predicted | measured vs band |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [_prediction_row(row) for row in rows]
+        lines += ["", *_lever_lines(lever_bands(repeats, key, links, max(nodes)), max(nodes))]
     return "\n".join(lines)
 
 
-def _cpu_cost_line(link: Link, runs: dict[tuple, dict]) -> str:
-    on_cpu = any(Timeline.of(rec).compute_cpus for rec in runs.values())
+def _link_band_lines(links: LinkRange) -> list[str]:
+    lines = []
+    if links.widens:
+        slow, fast = links.slow, links.fast
+        lines.append(f"link band: the slowest and fastest of {links.sweeps} sweeps: busbw "
+                     f"{slow.busbw_Bps * 8e-9:.3f}-{fast.busbw_Bps * 8e-9:.3f} Gbit/s, "
+                     f"latency {fast.latency_s * 1e3:.2f}-{slow.latency_s * 1e3:.2f} ms")
+    if links.left_out:
+        lines.append(f"link band: {links.left_out} ok all-reduce sweep(s) in --link-from on "
+                     "another link rate, backend or rank count left out; to use them, give "
+                     "--link-from a file with one link's sweeps only")
+    return lines
+
+
+def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
+    rec = median_repeat(recs)
+    timeline = Timeline.of(rec)
+    model, size, batch, accum, precision, procs, hook = key
+    rates = [r["samples_per_s"] for r in recs]
+    which = (f"the median of {len(recs)} ok repeats by recorded samples/s, which span "
+             f"{min(rates):.1f}-{max(rates):.1f}" if len(recs) > 1 else "one ok repeat")
+    return [f"## {model} {size}px, batch {batch}/device x {procs} per node, "
+            f"grad-accum {accum}, {precision}, comm-hook {hook}",
+            f"measured on 1 node: {rec['global_batch_size'] / timeline.step_s:.1f} samples/s, "
+            f"step {timeline.step_s * 1e3:.1f} ms, {sum(timeline.sent_bytes) / 1e6:.2f} MB "
+            f"sent per step ({which})"]
+
+
+def _prediction_row(row: Predicted) -> str:
+    s, p = row.scaling, row.scaling.prediction
+    beside = "- | - | -"
+    if row.measured_median is not None:
+        verdict = "within band" if row.within else "outside band (" + (
+            "below" if row.measured_median < row.samples_per_s.low else "above") + ")"
+        beside = (f"{row.measured_median:.1f} (n={len(row.measured)}) | {row.ratio:.2f} | "
+                  f"{verdict}")
+    return (f"| {row.nodes} | {row.step_s.text(1e3)} | {row.samples_per_s.text()} | "
+            f"{s.speedup:.2f} | {s.efficiency:.0%} | {p.comm_s * 1e3:.1f} | "
+            f"{p.hidden_share:.0%} | {p.stolen_s * 1e3:.1f} | {beside} |")
+
+
+def _lever_lines(ranked: list[tuple[Lever, Band]], nodes: int) -> list[str]:
+    """The levers' table: each against the same configuration on one node, so a lever
+    that does more work per step is not credited with it as a speedup."""
+    lines = [f"levers at {nodes} nodes, each against the same configuration on 1 node "
+             "(its own baseline; estimated where derived from this run's timeline):", "",
+             f"| lever | 1-node samples/s | {nodes}-node samples/s [band] | "
+             "speedup over its own 1 node |", "|---|---|---|---|"]
+    for lever, band in ranked:
+        base = f"{lever.base_samples_per_s:.1f}" + (" (estimated)" if lever.estimated else "")
+        lines.append(f"| {lever.name} | {base} | {band.text()} | {lever.speedup:.2f}x |")
+    best = next((lever for lever, _ in ranked if lever.name != "as measured"), ranked[0][0])
+    lines.append(f"most help: {best.name} (the most samples/s at {nodes} nodes, what a lab "
+                 "gets; not the largest speedup)")
+    return lines
+
+
+def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:
+    on_cpu = any(Timeline.of(rec).compute_cpus for recs in repeats.values() for rec in recs)
     if link.cpu_s_per_bus_byte or link.cpu_latency_s:
         used = "taken from backward's CPUs" if on_cpu else "not charged: training on GPUs"
         return (f"all-reduce CPU cost: {link.cpu_latency_s * 1e3:.2f} ms per call + "
@@ -188,8 +439,9 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
                    "training records (taken: nnodes 1, status ok)")
     p.add_argument("--link", help="a nominal link rate, e.g. 1gbit, 5gbit, 10gbit; with "
                    "--link-from: the rate to move the measured link to")
-    p.add_argument("--link-from", type=Path, help="a results file with an all-reduce "
-                   "record measured on the link (its latest one is used)")
+    p.add_argument("--link-from", type=Path, help="a results file with all-reduce records "
+                   "measured on the link (the latest is the point; all of that link give "
+                   "the band)")
     p.add_argument("--latency", type=float, default=0.0,
                    help="with --link: seconds of latency per all-reduce (default: 0)")
     p.add_argument("--nodes", default="2,4", help="node counts to predict (default: 2,4)")
@@ -213,7 +465,7 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    runs = single_node_runs(records)
+    runs = single_node_repeats(records)
     refused = sum(1 for r in record.training(records) if host_stamped_gpu_timeline(r))
     if refused:
         print(f"{prog}: warning: {refused} GPU record(s) skipped: their bucket timeline was "
@@ -225,7 +477,7 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
               f"{', '.join(map(str, args.results))}: run the trainer on one node first "
               "(e.g. make bench-cpu or --topologies 1x1)", file=sys.stderr)
         return 2
-    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link)))
+    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link.point)))
     return 0
 
 

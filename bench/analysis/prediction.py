@@ -72,7 +72,16 @@ class Link:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Timeline:
-    """One synced step of a single-node run: when buckets were ready, what they sent."""
+    """One synced step of a single-node run: when buckets were ready, what they sent, and
+    what the comm hook did with them besides sending.
+
+    Times are seconds into the one-node step. ``ready_s``: backward reached the bucket
+    (its hook was called); ``issued_s``: the hook returned, its synchronous part done on
+    backward's thread (PowerSGD: error feedback, the P matmul) and its first collective
+    under way; ``hook_s``: the rest of the hook's own work, after that collective (PowerSGD:
+    orthogonalisation, the Q matmul, decompression; fp16: the cast back), measured on the
+    one rank, in CPU seconds on CPU (a full CPU's worth) and seconds on GPUs.
+    """
 
     ready_s: tuple[float, ...]
     sent_bytes: tuple[float, ...]
@@ -81,21 +90,57 @@ class Timeline:
     # The CPUs a rank computes on, where its all-reduces run on the same CPUs (training on
     # CPU: gloo's thread takes its share from the compute threads); None on GPUs.
     compute_cpus: int | None = None
+    issued_s: tuple[float, ...] | None = None
+    hook_s: tuple[float, ...] | None = None
+    done_last_s: float | None = None   # when the one rank's last bucket was done
+    # Backward waits at each bucket until the previous bucket's hook is done (PowerSGD on
+    # gloo, whose later collectives would otherwise race the next bucket's first).
+    serialized: bool = False
+    # The share of its CPUs a node has (emulated hosts sharing CPUs: 0.5 for four on two).
+    # The timeline's own times were measured at it; the link's CPU costs, in CPU seconds,
+    # take 1 / share as long on such a node.
+    cpu_share: float = 1.0
 
     @classmethod
     def of(cls, rec: dict) -> Timeline:
         timeline = rec["bucket_timeline"]
-        buckets = len(timeline["ready_s"])
+        ready = tuple(timeline["ready_s"])
+        buckets = len(ready)
         calls = (rec.get("allreduce_calls_per_step") or buckets) / buckets
         on_cpu = (rec.get("config") or {}).get("distributed", {}).get("device") == "cpu"
         threads = (rec.get("env") or {}).get("torch_threads") or 1
-        return cls(tuple(timeline["ready_s"]), tuple(timeline["sent_bytes"]),
-                   timeline["step_s"], calls, threads if on_cpu else None)
+        cpus = threads if on_cpu else None
+        issued, done = timeline.get("issued_s"), timeline.get("done_s")
+        hook_s = done_last = None
+        if issued and done and len(issued) == len(done) == buckets:
+            # Records from before issued_s have no hook split: the hook's work stays in the
+            # gaps between buckets and in the tail, where the one-rank step had it.
+            issued = tuple(max(i, r) for i, r in zip(issued, ready, strict=True))
+            hook_s = _hook_work(issued, tuple(done), cpus)
+            done_last = max(done)
+        else:
+            issued = None
+        share = ((rec.get("env") or {}).get("link") or {}).get("cpu_share") or 1.0
+        return cls(ready, tuple(timeline["sent_bytes"]), timeline["step_s"], calls, cpus,
+                   issued, hook_s, done_last, bool(timeline.get("serialized")),
+                   min(1.0, max(share, 1e-3)))
+
+    @property
+    def handover_s(self) -> tuple[float, ...]:
+        """When backward hands each bucket to its collectives."""
+        return self.issued_s or self.ready_s
+
+    @property
+    def backward_end_s(self) -> float:
+        return self.handover_s[-1]
 
     @property
     def tail_s(self) -> float:
-        """After the last bucket is ready: the optimizer step and the rest."""
-        return max(0.0, self.step_s - self.ready_s[-1])
+        """After backward and the one rank's last hook: the optimizer step and the rest."""
+        return max(0.0, self.step_s - max(self.backward_end_s, self.done_last_s or 0.0))
+
+    def hook_work(self, bucket: int) -> float:
+        return self.hook_s[bucket] if self.hook_s else 0.0
 
     def compressed(self, ratio: float) -> Timeline:
         return dataclasses.replace(self, sent_bytes=tuple(b * ratio for b in self.sent_bytes))
@@ -104,23 +149,54 @@ class Timeline:
         """Gradient accumulation: the earlier micro-batches (forward and backward, about
         r_last each) come first; the buckets are sent once, on the last."""
         shift = (micro_batches - 1) * self.ready_s[-1]
-        return dataclasses.replace(self, ready_s=tuple(r + shift for r in self.ready_s),
+        moved = lambda times: tuple(r + shift for r in times) if times else times  # noqa: E731
+        return dataclasses.replace(self, ready_s=moved(self.ready_s),
+                                   issued_s=moved(self.issued_s),
+                                   done_last_s=self.done_last_s and self.done_last_s + shift,
                                    step_s=self.step_s + shift)
 
     def scaled_batch(self, factor: float) -> Timeline:
         """A batch ``factor`` times larger: forward and backward scale with it (assumed
-        linear), the optimizer's tail does not."""
-        ready = tuple(r * factor for r in self.ready_s)
-        return dataclasses.replace(self, ready_s=ready, step_s=ready[-1] + self.tail_s)
+        linear), the optimizer's tail and the hook's work (per parameter) do not."""
+        tail = self.tail_s
+        scaled = lambda times: tuple(r * factor for r in times) if times else times  # noqa: E731
+        ready, issued = scaled(self.ready_s), scaled(self.issued_s)
+        end = (issued or ready)[-1]
+        done_last = end + (self.done_last_s - self.backward_end_s) \
+            if self.done_last_s is not None else None
+        return dataclasses.replace(self, ready_s=ready, issued_s=issued, done_last_s=done_last,
+                                   step_s=max(end, done_last or 0.0) + tail)
+
+
+def _hook_work(issued: tuple[float, ...], done: tuple[float, ...],
+               cpus: int | None) -> tuple[float, ...]:
+    """Each bucket's hook work after its first collective, from the one-rank timeline.
+
+    On one rank the collectives are local and nearly free, so a bucket's ``done - issued``
+    (from when it was issued, or the previous bucket was done, whichever is later) is its
+    hook's own work. On CPU, while backward still ran beside it, the hook's thread had a
+    fair share of the CPUs (cpus / (cpus + 1), as ``_comm_pace`` gives it), so that part of
+    the elapsed time counts at that share.
+    """
+    work, previous = [], 0.0
+    for issue, finish in zip(issued, done, strict=True):
+        start = max(issue, previous)
+        elapsed = max(0.0, finish - start)
+        if cpus:
+            beside = max(0.0, min(finish, issued[-1]) - start)
+            elapsed -= beside * (1 - cpus / (cpus + 1))
+        work.append(elapsed)
+        previous = max(previous, finish)
+    return tuple(work)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Prediction:
     nodes: int
     step_s: float
-    comm_s: float          # all-reduce time of the step, hidden or not
+    comm_s: float          # the buckets' sync time (collectives and hook work), hidden or not
     exposed_s: float       # what the step waits for beyond its own compute
-    stolen_s: float = 0.0  # how much later compute ends: CPU time the all-reduces took from it
+    stolen_s: float = 0.0  # how much later backward ends: CPU time taken from it, and waits
 
     @property
     def hidden_share(self) -> float:
@@ -128,17 +204,23 @@ class Prediction:
 
 
 def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
-    """The step time over ``nodes`` nodes (see the module docstring for the model)."""
+    """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring)."""
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
     calls = timeline.calls_per_bucket
-    wire = [calls * link.allreduce_s(sent / calls, nodes) for sent in timeline.sent_bytes]
-    cpu = [calls * link.allreduce_cpu_s(sent / calls, nodes) if timeline.compute_cpus
-           else 0.0 for sent in timeline.sent_bytes]
-    compute_end, comm_end, comm = _simulate(timeline, wire, cpu)
+    on_cpu = timeline.compute_cpus is not None
+    phases = []
+    for bucket, sent in enumerate(timeline.sent_bytes):
+        wire = calls * link.allreduce_s(sent / calls, nodes)
+        cpu = calls * link.allreduce_cpu_s(sent / calls, nodes) / timeline.cpu_share \
+            if on_cpu else 0.0
+        hook = timeline.hook_work(bucket)
+        # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
+        phases.append(((wire, cpu), (0.0, hook) if on_cpu else (hook, 0.0)))
+    compute_end, comm_end, comm = _simulate(timeline, phases)
     exposed = max(0.0, comm_end - compute_end)
     return Prediction(nodes, max(compute_end, comm_end) + timeline.tail_s, comm, exposed,
-                      compute_end - timeline.ready_s[-1])
+                      compute_end - timeline.backward_end_s)
 
 
 _EPS = 1e-12
@@ -146,11 +228,12 @@ _EPS = 1e-12
 
 def _comm_pace(wire_s: float, cpu_s: float, cpus: int, beside_compute: bool
                ) -> tuple[float, float]:
-    """(CPUs an all-reduce takes, the share of it done per second).
+    """(CPUs a phase of a bucket's sync takes, the share of it done per second).
 
-    Alone it runs at wire speed, or at CPU speed where its CPU work is the longer. Beside
-    backward on the same ``cpus`` it wants ``cpu_s / wire_s`` of a CPU and gets at most a
-    fair share (the scheduler splits the CPUs over the compute threads and gloo's).
+    Alone it runs at wire speed, or at CPU speed where its CPU work is the longer (a phase
+    of pure CPU work, the hook's, has no wire time). Beside backward on the same ``cpus``
+    it wants ``cpu_s / wire_s`` of a CPU and gets at most a fair share (the scheduler
+    splits the CPUs over the compute threads and gloo's).
     """
     if cpu_s <= _EPS:
         return 0.0, 1 / wire_s if wire_s > _EPS else math.inf
@@ -159,43 +242,60 @@ def _comm_pace(wire_s: float, cpu_s: float, cpus: int, beside_compute: bool
     return takes, takes / cpu_s
 
 
-def _simulate(timeline: Timeline, wire: list[float],
-              cpu: list[float]) -> tuple[float, float, float]:
-    """Backward and DDP's all-reduces side by side, event by event, until both are done.
+def _simulate(timeline: Timeline,
+              phases: list[tuple[tuple[float, float], ...]]) -> tuple[float, float, float]:
+    """Backward and the buckets' sync side by side, event by event, until both are done.
 
     ``work`` is how far backward is, in seconds of the single-node run; bucket i is handed
-    over once ``work`` reaches ready_i and sent after the one before it. While an
-    all-reduce takes ``c`` CPUs of backward's ``k``, backward runs at ``(k - c) / k`` of its
-    single-node speed. Returns (when backward ends, when the last all-reduce ends, the
-    all-reduces' time in all).
+    over once ``work`` reaches its hand-over time and synced after the one before it,
+    phase by phase ((wire, cpu) seconds each: its collectives, then its hook's work). While
+    a phase takes ``c`` CPUs of backward's ``k``, backward runs at ``(k - c) / k`` of its
+    single-node speed. Where the timeline is serialized, backward waits at bucket i's
+    ready time until bucket i-1 is done. Returns (when backward ends, when the last
+    bucket's sync ends, the buckets' sync time in all).
     """
     k = timeline.compute_cpus or 1
-    ready, last_ready = timeline.ready_s, timeline.ready_s[-1]
+    ready, handover = timeline.ready_s, timeline.handover_s
+    end_work = handover[-1]
+    points = sorted(set(ready) | set(handover))
     t = work = comm_total = comm_end = 0.0
-    compute_end = 0.0 if last_ready <= 0 else None
-    next_bucket, sending, progress, started = 0, None, 0.0, 0.0
+    compute_end = 0.0 if end_work <= 0 else None
+    next_bucket, done = 0, 0
+    sending, phase, progress, started = None, 0, 0.0, 0.0
     while True:
-        if sending is None and next_bucket < len(ready) and ready[next_bucket] <= work + _EPS:
-            sending, progress, started = next_bucket, 0.0, t
+        if sending is None and next_bucket < len(handover) \
+                and handover[next_bucket] <= work + _EPS:
+            sending, phase, progress, started = next_bucket, 0, 0.0, t
             next_bucket += 1
         computing = compute_end is None
-        if sending is None and not computing:
-            return compute_end, comm_end, comm_total
-        taken, pace = (_comm_pace(wire[sending], cpu[sending], k, computing)
+        barrier = ready[done + 1] if timeline.serialized and done + 1 < len(ready) \
+            else math.inf
+        running = computing and work < barrier - _EPS
+        if sending is None and not running:
+            if not computing:
+                return compute_end, comm_end, comm_total
+            barrier, running = math.inf, True   # nothing left to wait for
+        taken, pace = (_comm_pace(*phases[sending][phase], k, running)
                        if sending is not None else (0.0, 0.0))
-        compute_pace = (k - taken) / k if computing else 0.0
-        # Advance to the next event: the all-reduce done, or backward at its next bucket.
-        dt = (1 - progress) / pace if pace else math.inf
-        if computing:
-            target = next(r for r in ready if r > work + _EPS)
+        compute_pace = (k - taken) / k if running else 0.0
+        # Advance to the next event: a phase done, or backward at its next point.
+        dt = (1 - progress) / pace if pace and not math.isinf(pace) else \
+            0.0 if pace else math.inf
+        if running:
+            target = min(next((r for r in points if r > work + _EPS), end_work), barrier)
             dt = min(dt, (target - work) / compute_pace)
         t, work = t + dt, work + compute_pace * dt
         if sending is not None:
             progress = 1.0 if math.isinf(pace) else progress + pace * dt
             if progress >= 1 - 1e-9:
-                comm_total, comm_end, sending = comm_total + t - started, t, None
-        if computing and work >= last_ready - _EPS:
-            work, compute_end = last_ready, t
+                phase, progress = phase + 1, 0.0
+                if phase == len(phases[sending]):
+                    comm_total, comm_end, sending = comm_total + t - started, t, None
+                    done += 1
+        # Backward is over once its work is done and it is not held at the last barrier.
+        held = timeline.serialized and done + 1 < len(ready) and ready[done + 1] <= work + _EPS
+        if computing and work >= end_work - _EPS and not held:
+            work, compute_end = end_work, t
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -223,30 +323,74 @@ def scaling(timeline: Timeline, link: Link, nodes: int, samples_per_step_node: f
     return Scaling(predict_step(timeline, link, nodes), samples_per_step_node, timeline.step_s)
 
 
-def levers(rec: dict, link: Link, nodes: int, others: dict[str, dict]) -> list[tuple[str, float]]:
-    """(lever, predicted samples/s at ``nodes``) for each lever, best first.
+def levers(rec: dict, link: Link, nodes: int, others: dict[str, dict]) -> list[Lever]:
+    """Each lever at ``nodes``, the most samples/s first, each against the same configuration
+    on one node (its own baseline).
+
+    A lever that changes the work per step (a larger batch, gradient accumulation) does more
+    samples per step on one node too: against the plain run its speedup would mix what the
+    lever does on one node with what the nodes give, and read superlinear. So its baseline
+    is its own timeline on one node (estimated, as the timeline is derived), a comm hook's
+    is that hook's own single-node record, and a faster link's is the same single-node run.
 
     ``others``: single-node records of the same setup with another comm hook, by hook.
     """
     timeline = Timeline.of(rec)
     per_node = rec["global_batch_size"]
-    rows = [("as measured", _rate(timeline, link, nodes, per_node)),
-            ("link 10x faster", _rate(timeline, link.faster(10), nodes, per_node)),
-            ("batch 2x larger (estimated)",
-             _rate(timeline.scaled_batch(2), link, nodes, 2 * per_node)),
-            ("grad-accum 4", _rate(timeline.accumulated(4), link, nodes, 4 * per_node))]
+    rows = [Lever("as measured", _against_itself(timeline, link, nodes, per_node)),
+            Lever("link 10x faster", _against_itself(timeline, link.faster(10), nodes, per_node)),
+            Lever("batch 2x larger", _against_itself(timeline.scaled_batch(2), link, nodes,
+                                                     2 * per_node), estimated=True),
+            Lever("grad-accum 4", _against_itself(timeline.accumulated(4), link, nodes,
+                                                  4 * per_node), estimated=True)]
     if rec.get("comm_hook") == "none" and "fp16" not in others:
-        rows.append(("comm-hook fp16 (derived: half the bytes)",
-                     _rate(timeline.compressed(0.5), link, nodes, per_node)))
+        rows.append(Lever("comm-hook fp16 (derived: half the bytes)",
+                          _against_itself(timeline.compressed(0.5), link, nodes, per_node),
+                          estimated=True))
     for hook, other in sorted(others.items()):
-        rows.append((f"comm-hook {hook}", _rate(Timeline.of(other), link, nodes,
-                                                other["global_batch_size"])))
-    return sorted(rows, key=lambda row: -row[1])
-
-
-def _rate(timeline: Timeline, link: Link, nodes: int, samples_per_step_node: float) -> float:
-    return nodes * samples_per_step_node / predict_step(timeline, link, nodes).step_s
+        rows.append(Lever(f"comm-hook {hook}", _against_itself(
+            Timeline.of(other), link, nodes, other["global_batch_size"])))
+    return sorted(rows, key=lambda row: -row.samples_per_s)
 
 
 # The setup a single-node record stands for; records that differ only in the comm hook are
 # the compression lever of one another.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lever:
+    """One lever at N nodes beside the same configuration on one node: its speedup says
+    what the nodes give that configuration, never what the lever itself does on one node."""
+
+    name: str
+    scaling: Scaling
+    # The 1-node baseline is derived from another run's timeline (a larger batch, gradient
+    # accumulation, a derived hook), not measured.
+    estimated: bool = False
+
+    @property
+    def nodes(self) -> int:
+        return self.scaling.prediction.nodes
+
+    @property
+    def samples_per_s(self) -> float:
+        """At ``nodes``: what a lab gets, and what the levers are ranked by."""
+        return self.scaling.samples_per_s
+
+    @property
+    def base_samples_per_s(self) -> float:
+        """The same configuration on one node."""
+        return self.scaling.samples_per_step_node / self.scaling.base_step_s
+
+    @property
+    def speedup(self) -> float:
+        return self.scaling.speedup
+
+
+def _against_itself(timeline: Timeline, link: Link, nodes: int,
+                    samples_per_step_node: float) -> Scaling:
+    """``timeline`` over ``nodes`` against the same timeline on one node, so that no lever
+    can be faster per node than on one (a step over N nodes waits for at least the
+    one-node step's compute)."""
+    return Scaling(predict_step(timeline, link, nodes), samples_per_step_node,
+                   predict_step(timeline, link, 1).step_s)
