@@ -14,6 +14,8 @@ VERBS = {
     "k8s": ("bench.host.k8s_render", "one job's Kubernetes manifests (bench k8s render ...)"),
     "table": ("bench.analysis.table", "result tables in the layout of a lab's scaling table"),
     "plot": ("bench.analysis.plot", "PNG charts of a results file, saved beside it"),
+    "accuracy": ("bench.analysis.accuracy", "measured against predicted, per setup and node "
+                 "count"),
     "report": ("bench.analysis.report", "the one-page answer beside a results file (.md, .html)"),
     "predict": ("bench.analysis.predict", "predict N-node step time and speedup from a 1-node run"),
     "compare": ("bench.analysis.compare", "compare two result sets cell by cell, with a verdict"),

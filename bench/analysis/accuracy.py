@@ -1,0 +1,146 @@
+"""How right the prediction is: measured against predicted, for every setup and node count.
+
+  python -m bench.analysis.accuracy results/acc/1gbit.jsonl --link-from results/acc/1gbit-comm.jsonl
+
+For each single-node setup (model, batch, precision, comm hook...) in the results and each
+node count N that was also measured there on the same link, one row: the 1-node figure,
+the measured N-node median, the prediction with its band, measured / predicted, and
+whether the measured median falls within the band. Two predictions stand side by side,
+because the link they start from can be measured two ways:
+
+- from the all-reduce sweep over N nodes (``--link-from`` holds sweeps over 2, 3, 4...
+  nodes): the link as the N-node job meets it, latency and all;
+- from the sweep over 2 nodes alone, carried to N by the ring's bus factor: what a lab
+  with two nodes would predict for more.
+
+Rows are data (``rows()``) for scripts/prediction_accuracy.py; ``table()`` is their text.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from bench import record
+from bench.analysis.predict import (
+    LinkRange,
+    Predicted,
+    measured_rates,
+    predictions,
+    single_node_repeats,
+)
+from bench.config import OneLineErrorParser
+from bench.options import ConfigError
+from bench.units import format_rate
+
+# The goal: measured / predicted within this range for every row.
+GOAL = (0.90, 1.10)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    link: str                      # the link's rate, e.g. 1 Gbit/s
+    hook: str
+    one_node: float                # the 1-node samples/s the prediction starts from
+    at_n: Predicted                # from the sweep over N nodes
+    from_two: Predicted | None     # from the sweep over 2 nodes, carried to N
+
+    @property
+    def nodes(self) -> int:
+        return self.at_n.nodes
+
+
+def sweeps_of(records: list[dict]) -> list[dict]:
+    """The ok all-reduce sweeps over 2 or more ranks, one rank per node."""
+    return [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
+            and (r.get("world_size") or 0) > 1 and r.get("sizes")
+            and r["sizes"][-1]["busbw_GBps"] > 0]
+
+
+def _over(sweeps: list[dict], nodes: int) -> LinkRange | None:
+    chosen = [s for s in sweeps if (s.get("nnodes") or s.get("world_size")) == nodes]
+    return LinkRange.of_sweeps(chosen) if chosen else None
+
+
+def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
+    """One row per setup and node count measured on the sweeps' link."""
+    repeats = single_node_repeats(records)
+    found = []
+    counts = sorted({r["nnodes"] for r in record.training(records)
+                     if r.get("status") == "ok" and (r.get("nnodes") or 1) > 1})
+    two = _over(sweeps, 2)
+    for n in counts:
+        at_n = _over(sweeps, n)
+        if at_n is None:
+            continue
+        measured = measured_rates(records, at_n.point)
+        carried = {(p.setup, p.nodes): p for p in predictions(repeats, two, [n], measured)} \
+            if two else {}
+        for p in predictions(repeats, at_n, [n], measured):
+            if not p.measured:
+                continue
+            rate = format_rate(at_n.point.rate_bps) if at_n.point.rate_bps else "?"
+            found.append(Row(rate, p.setup[-1], p.scaling.samples_per_step_node
+                             / p.scaling.base_step_s, p, carried.get((p.setup, n))))
+    return found
+
+
+def _ratio(p: Predicted | None) -> str:
+    if p is None or p.ratio is None:
+        return "- | -"
+    mark = "" if GOAL[0] <= p.ratio <= GOAL[1] else " **off**"
+    return f"{p.samples_per_s.text()} | {p.ratio:.2f}{mark}"
+
+
+def table(found: list[Row]) -> str:
+    lines = ["| link | hook | nodes | 1 node | measured (n) | predicted [band], N-node sweep "
+             "| measured / predicted | within band | predicted [band], 2-node sweep | "
+             "measured / predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(found, key=lambda r: (r.link, r.hook, r.nodes)):
+        p = row.at_n
+        lines.append(f"| {row.link} | {row.hook} | {row.nodes} | {row.one_node:.1f} | "
+                     f"{p.measured_median:.1f} ({len(p.measured)}) | {_ratio(p)} | "
+                     f"{'yes' if p.within else 'no'} | {_ratio(row.from_two)} |")
+    held = [r for r in found if GOAL[0] <= r.at_n.ratio <= GOAL[1]]
+    lines += ["", f"{len(held)} of {len(found)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
+              "(N-node sweep); "
+              f"{sum(1 for r in found if r.at_n.within)} of {len(found)} measured within "
+              "the band"]
+    carried = [r for r in found if r.from_two and r.from_two.ratio is not None]
+    if carried:
+        ok = sum(1 for r in carried if GOAL[0] <= r.from_two.ratio <= GOAL[1])
+        lines.append(f"{ok} of {len(carried)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
+                     "from the 2-node sweep alone")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, prog: str = "bench accuracy") -> int:
+    p = OneLineErrorParser(prog=prog, description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, nargs="+", help="training records of 1 and N nodes "
+                   "measured on one link")
+    p.add_argument("--link-from", type=Path, required=True, help="all-reduce sweeps on the "
+                   "same link, over 2 and over each N nodes")
+    args = p.parse_args(argv)
+    try:
+        records = [r for f in args.results for r in record.load(f, "results")]
+        sweeps = sweeps_of(record.load(args.link_from, "--link-from"))
+        if not sweeps:
+            raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce sweep "
+                              "over 2 or more ranks: bench matrix --workload allreduce first")
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    found = rows(records, sweeps)
+    if not found:
+        print(f"{prog}: error: no setup was measured on 1 node and on N nodes with a sweep "
+              "over N nodes: run the matrix with --topologies 1x1,2x1,... and the sweep "
+              "with the same N", file=sys.stderr)
+        return 2
+    print(table(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Measure the prediction against emulated nodes: every comm hook, link and node count.
+
+  python scripts/prediction_accuracy.py --links 1gbit,5gbit --nodes 2,3,4 --repeats 3 \
+      --out results/accuracy-TAG        (root: network namespaces; see bench/host/netlab.py)
+  python scripts/prediction_accuracy.py --out results/accuracy-TAG --analyse-only
+
+Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread),
+then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
+the records: measured / predicted per hook and node count, written to accuracy.md.
+
+The workload is communication-bound on purpose: the deep & wide MLP at a small batch
+sends its 16 MB of gradients every step, so the link, not the CPUs, sets the step. The
+machine has fewer CPUs than the largest job has nodes, so nodes share CPUs; every cell runs
+on the same number of emulated hosts (the netns launcher puts a one-node neighbour job on
+each host a smaller job leaves free), so every node of every cell, the one-node baseline
+included, computes on the same share of a CPU, and the records carry that share
+(env.link.cpu_share) for the predictor to run gloo's CPU work at.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench import record  # noqa: E402
+from bench.analysis import accuracy  # noqa: E402
+from bench.topology import parse_positive_ints  # noqa: E402
+from bench.units import parse_rate  # noqa: E402
+
+HOOKS = "none,fp16,bf16,powersgd"
+
+
+def _run(argv: list[str]) -> None:
+    print("+", shlex.join(argv), flush=True)
+    subprocess.run(argv, check=True)
+
+
+def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> None:
+    bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link]
+    many = ",".join(f"{n}x1" for n in nodes)
+    _run([*bench, "--workload", "allreduce", "--topologies", many,
+          "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"), "--",
+          "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2"])
+    _run([*bench, "--topologies", f"1x1,{many}", "--models", "mlp",
+          "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
+          "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
+          "--steps", str(a.steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
+          "--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth),
+          "--log-every", "0"])
+
+
+def analyse(links: list[str], out: Path) -> str:
+    found = []
+    for link in links:
+        records = record.load(out / f"{link}.jsonl", "results")
+        sweeps = accuracy.sweeps_of(record.load(out / f"{link}-comm.jsonl", "sweeps"))
+        found += accuracy.rows(records, sweeps)
+    return accuracy.table(found)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--links", default="1gbit,5gbit")
+    p.add_argument("--nodes", default="2,3,4", help="node counts to measure (from 2)")
+    p.add_argument("--hooks", default=HOOKS)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--mlp-width", type=int, default=1024)
+    p.add_argument("--mlp-depth", type=int, default=4)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--analyse-only", action="store_true")
+    a = p.parse_args()
+    links = [link for link in a.links.split(",") if link]
+    for link in links:
+        parse_rate(link, "--links")
+    nodes = parse_positive_ints(a.nodes, "--nodes")
+    if min(nodes) < 2 or 2 not in nodes:
+        p.error(f"--nodes {a.nodes}: node counts from 2, and 2 among them (its sweep is the "
+                "one a two-node lab has)")
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.analyse_only:
+        for link in links:
+            measure(link, a.out, nodes, a)
+    text = analyse(links, a.out)
+    (a.out / "accuracy.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
