@@ -21,6 +21,7 @@ import yaml
 
 from bench import record
 from bench.config import TrainConfig
+from bench.host import doctor
 from bench.host.failures import describe_failure, failure_record
 from bench.host.launchers import k8s
 from bench.host.launchers.base import JobSpec
@@ -563,6 +564,38 @@ def test_preflight_sees_the_nfs_server_answer(tmp_path, fake_kubectl, monkeypatc
                             lambda address, timeout: real(("127.0.0.1", port), timeout))
         rows = {r.check: r for r in k8s.preflight(options(tmp_path), timeout=5)}
     assert rows["nfs"].result == "PASS"
+
+
+def test_doctor_k8s_reports_the_cluster_through_kubectl(tmp_path, fake_kubectl, capsys,
+                                                         monkeypatch):
+    # Nothing leaves loopback: the settings' NFS server (10.0.0.5) is refused in-process.
+    monkeypatch.setattr(k8s.socket, "create_connection",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
+    nodes = {"items": [{"metadata": {"name": "gpu-a"},
+                        "status": {"allocatable": {"nvidia.com/gpu": "4"}}}]}
+    (fake_kubectl / "job.json").write_text(json.dumps(nodes))
+    env = settings(tmp_path)
+    code = doctor.main(["--k8s", "--profile", "gpu", "--image", "registry.example/b:cuda",
+                        "--env-file", str(env), "--kube-context", "lab", "--timeout", "5"])
+    out = capsys.readouterr().out
+    assert "| context" in out and "| gpus" in out and "gpu-a 4" in out
+    assert code == 1 and "10.0.0.5:2049: refused" in out  # a FAIL row: exit 1
+    assert ["--context=lab", "get", "--raw", "/version"] in _calls(fake_kubectl)
+
+
+@pytest.mark.parametrize("flags, setting", [
+    (["--namespace", "Not_A-Label"], "--namespace"),
+    (["--kube-context", "a b"], "--kube-context"),
+    (["--results-claim", "UPPER"], "--results-claim"),
+    (["--hosts", "a,b"], "--hosts"),
+    (["--slurm"], "--k8s"),
+    (["--image=-bad"], "--image"),
+])
+def test_doctor_k8s_refuses_a_bad_setting_before_kubectl(tmp_path, fake_kubectl, capsys,
+                                                          flags, setting):
+    code = doctor.main(["--k8s", "--env-file", str(settings(tmp_path)), *flags])
+    assert code == 2 and setting in capsys.readouterr().err
+    assert not (fake_kubectl / "calls.jsonl").exists()
 
 
 def test_the_pull_probe_pod_passes_the_schemas(tmp_path):

@@ -30,6 +30,11 @@ ssh's options with ``--`` before the host, so no host can become an ssh option.
 ``python -m bench doctor --slurm [--partition P]`` checks a Slurm cluster instead: the
 controller answers, the partition exists, its nodes' states, munge, and that every node
 runs the same venv (or, with --runtime compose, the same image) through srun.
+
+``python -m bench doctor --k8s --image IMAGE [--profile gpu]`` checks a Kubernetes cluster:
+the context answers, the job may be created, nodes report allocatable ``nvidia.com/gpu``
+(gpu profile), the results claim is bound, the image can be pulled (a probe pod with
+--pull-probe), and the NFS server of the settings answers.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import ipaddress
 import json
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -526,6 +532,19 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
     parser.add_argument("--hosts", help="host1,host2[,...]: the first leads")
     parser.add_argument("--slurm", action="store_true", help="check the Slurm cluster "
                         "(controller, partition, nodes, munge, same venv or image) instead")
+    parser.add_argument("--k8s", action="store_true", help="check the Kubernetes cluster "
+                        "(context, permission, GPUs, results claim, image, NFS) instead")
+    parser.add_argument("--profile", choices=("cpu", "gpu"), default="cpu",
+                        help="--k8s: gpu checks allocatable nvidia.com/gpu (default: cpu)")
+    parser.add_argument("--k8s-kind", choices=("indexed", "pytorchjob"), default="indexed",
+                        help="--k8s: the object the jobs are (default: indexed)")
+    parser.add_argument("--namespace", default="default", help="--k8s: the jobs' namespace")
+    parser.add_argument("--kube-context", help="--k8s: kubectl's context (default: current)")
+    parser.add_argument("--results-claim", help="--k8s: the results PersistentVolumeClaim "
+                        "(default: bench-results)")
+    parser.add_argument("--results-host-path", help="--k8s: results on each node instead")
+    parser.add_argument("--pull-probe", action="store_true", help="--k8s: start a pod that "
+                        "pulls the image (else only the right to create pods is checked)")
     parser.add_argument("--partition", help="--slurm: the partition (default: the cluster's)")
     parser.add_argument("--runtime", choices=("native", "compose"), default="native",
                         help="--slurm: what the jobs run: the venv on shared storage or the "
@@ -551,8 +570,13 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
     env_file = args.env_file or next((p for p in (compose_dir / ".env",
                                                   compose_dir / ".env.example") if p.is_file()),
                                      compose_dir / ".env")
+    if args.slurm and args.k8s:
+        print(f"{prog}: error: --k8s: give --slurm or --k8s, not both", file=sys.stderr)
+        return 2
     if args.slurm:
         return _slurm_main(args, prog)
+    if args.k8s:
+        return _k8s_main(args, env_file, prog)
     try:
         if not args.hosts:
             raise ConfigError("--hosts", "''", "name the hosts (host1,host2), or check a "
@@ -609,6 +633,33 @@ def _slurm_main(args: argparse.Namespace, prog: str) -> int:
         return 2
     return _report(doctor_slurm.check(args.partition, args.runtime, args.image,
                                       args.remote_dir, timeout=args.timeout), prog)
+
+
+def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
+    from bench.host.launchers import k8s
+
+    try:
+        if args.hosts:
+            raise ConfigError("--hosts", shown(args.hosts), "--k8s checks the cluster of "
+                              "kubectl's context: leave --hosts out")
+        if not 0 < args.timeout <= MAX_CHECK_TIMEOUT_S:
+            raise ConfigError("--timeout", shown(args.timeout), "must be a number of seconds "
+                              f"in (0, {MAX_CHECK_TIMEOUT_S}]")
+        # The launcher's own options section: a setting no job could use is refused here.
+        options = k8s.K8sOptions(image=args.image, env_file=env_file,
+                                 profile=args.profile, kind=args.k8s_kind,
+                                 namespace=args.namespace, context=args.kube_context,
+                                 results_claim=args.results_claim,
+                                 results_host_path=args.results_host_path)
+    except ConfigError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    if shutil.which("kubectl") is None:
+        print(f"{prog}: error: --k8s: kubectl not found: install it and set a context "
+              "(https://kubernetes.io/docs/tasks/tools/)", file=sys.stderr)
+        return 2
+    return _report(k8s.preflight(options, timeout=min(args.timeout, 120.0),
+                                 pull_probe=args.pull_probe), prog)
 
 
 def _report(rows: list[Row], prog: str) -> int:
