@@ -71,9 +71,14 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
     assert two["env"]["link"]["rate_bps"] == 10**9
     assert two["grad_bytes_per_step"] == one["grad_bytes_per_step"] > 0
     assert two["comm_exposed_s"] is not None and two["bucket_timeline"]["step_s"] > 0
-    # The one-node job ran beside a neighbour on the second emulated host.
-    neighbours = list(record.read(Path(one["matrix"]["logs"]) / "neighbours.jsonl"))
-    assert [n["nnodes"] for n in neighbours] == [1]
+    # The one-node job ran beside a neighbour on the second emulated host: a one-node copy
+    # of it, started again each time it ended and stopped with the job (so it may have
+    # finished no run of its own, but none of another shape).
+    logs = Path(one["matrix"]["logs"])
+    assert "[bench] smallcnn on 1 x cpu" in (logs / "neighbour1.log").read_text()
+    neighbours = logs / "neighbours.jsonl"
+    assert all(n["nnodes"] == 1 for n in record.read(neighbours)) if neighbours.exists() \
+        else True
 
 
 def _start_long_job(results) -> subprocess.Popen:

@@ -3,7 +3,9 @@
 Every launcher (native torchrun, Compose, SSH) reduces a job to one command per node; this
 module starts them, streams each node's output with its host as prefix (and into
 ``<log_dir>/<host>.log``), and once any node fails, the deadline passes or the user presses
-Ctrl-C, stops the rest and calls the launcher's own clean-up.
+Ctrl-C, stops the rest and calls the launcher's own clean-up. A background node (an
+emulated host's busy neighbour) runs while the job does: the job is over when every other
+node has ended, and the background ones are then stopped, which is not a failure.
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ class NodeCommand:
     host: str                  # a label for output and logs: a hostname, or node<rank>
     argv: list[str]
     env: dict[str, str] | None = None
+    # Runs while the job does and is stopped once every other node has ended (its exit then
+    # is not a failure); one that fails before that fails the job, as any node does.
+    background: bool = False
 
 
 def _open_log(log_path: Path | None, host: str):
@@ -104,6 +109,7 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
     nodes: list[NodeOutcome] = []
     threads: list[threading.Thread] = []
     timed_out, culprit = False, None
+    planned: set[int] = set()   # the background nodes, stopped because the job was over
     try:
         for command in commands:
             env = {**os.environ, **(command.env or {})}
@@ -118,7 +124,11 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
             procs.append(proc)
             nodes.append(node)
             threads.append(thread)
-        timed_out, culprit = _wait(procs, started + deadline_s)
+        foreground = [p for p, c in zip(procs, commands, strict=True) if not c.background]
+        timed_out, culprit = _wait(procs, started + deadline_s, foreground)
+        if not timed_out and culprit is None:  # the job is over: stop what ran beside it
+            planned = {i for i, c in enumerate(commands) if c.background}
+            _stop([procs[i] for i in planned])
         # A node that lost its peer often fails before the peer's own death is seen: give
         # the others a moment to fail on their own, so the row can name the real cause.
         failed_alone = _settle(procs, PEER_GRACE_S) if culprit is not None else []
@@ -127,14 +137,14 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
         if cleanup:
             cleanup()
         raise
-    if timed_out or any(p.returncode != 0 for p in procs):
+    if timed_out or any(p.returncode != 0 for i, p in enumerate(procs) if i not in planned):
         _stop(procs)
     if cleanup:
         cleanup()
     for thread in threads:
         thread.join(timeout=10)
-    for proc, node in zip(procs, nodes, strict=True):
-        node.returncode = proc.returncode
+    for index, (proc, node) in enumerate(zip(procs, nodes, strict=True)):
+        node.returncode = 0 if index in planned else proc.returncode
     if culprit is not None:
         culprit = root_cause([nodes[i] for i in failed_alone], nodes[culprit]).rank
         culprit = next(i for i, n in enumerate(nodes) if n.rank == culprit)
@@ -168,13 +178,16 @@ def peer_lost(lines: list[str]) -> bool:
     return any(marker in line for line in lines for marker in PEER_LOSS)
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float) -> tuple[bool, int | None]:
-    """Until all have ended or one failed: (deadline passed, index of the first failure)."""
+def _wait(procs: list[subprocess.Popen], deadline: float,
+          foreground: list[subprocess.Popen] | None = None) -> tuple[bool, int | None]:
+    """Until the ``foreground`` ones (all, by default) have ended or any one failed:
+    (deadline passed, index of the first failure)."""
+    foreground = procs if foreground is None else foreground
     while True:
         failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
         if failed:
             return False, failed[0]
-        if all(p.returncode is not None for p in procs):
+        if all(p.poll() is not None for p in foreground):
             return False, None
         if time.monotonic() > deadline:
             return True, None

@@ -1,0 +1,84 @@
+"""run_nodes with background nodes (an emulated host's busy neighbour), and the netns
+launcher's neighbours: real processes, no namespaces."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from bench.host import netlab
+from bench.host.launchers import netns
+from bench.host.launchers.nodes import NodeCommand, run_nodes
+from bench.topology import Topology
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill 0: read its state.
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+def test_background_nodes_run_until_the_job_ends_and_are_then_stopped(tmp_path):
+    pid_file = tmp_path / "neighbour.pid"
+    job = NodeCommand(0, "node0", ["sh", "-c", "sleep 1; echo done"])
+    neighbour = NodeCommand(1, "neighbour1", ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"],
+                            background=True)
+    started = time.monotonic()
+    outcome = run_nodes([job, neighbour], deadline_s=120, log_dir=tmp_path / "logs")
+    assert time.monotonic() - started < 30, "the job waited for its neighbour"
+    assert outcome.ok and outcome.culprit is None and not outcome.timed_out
+    assert [n.returncode for n in outcome.nodes] == [0, 0]
+    assert outcome.nodes[0].output == ["done"]
+    assert not _alive(int(pid_file.read_text())), "the neighbour outlived the job"
+
+
+def test_a_background_node_that_fails_fails_the_job(tmp_path):
+    job = NodeCommand(0, "node0", ["sleep", "30"])
+    neighbour = NodeCommand(1, "neighbour1", ["sh", "-c", "echo broken; exit 3"],
+                            background=True)
+    started = time.monotonic()
+    outcome = run_nodes([job, neighbour], deadline_s=120)
+    assert time.monotonic() - started < 28, "the failure did not stop the job"
+    assert not outcome.ok and outcome.culprit is not None
+    assert outcome.culprit.host == "neighbour1" and outcome.culprit.returncode == 3
+
+
+def test_a_job_without_background_nodes_waits_for_all_of_them(tmp_path):
+    quick = NodeCommand(0, "node0", ["true"])
+    slow = NodeCommand(1, "node1", ["sh", "-c", "sleep 2; echo late"])
+    outcome = run_nodes([quick, slow], deadline_s=60)
+    assert outcome.ok and outcome.nodes[1].output == ["late"]
+
+
+def test_the_restart_loop_runs_again_after_each_success_and_ends_on_a_failure(tmp_path):
+    counter = tmp_path / "count"
+    # Succeeds twice, then fails with 5: three runs, and the loop's exit code is 5.
+    once = ("n=$(cat \"$1\" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > \"$1\"; "
+            "[ $n -lt 3 ] || exit 5")
+    done = subprocess.run([*netns.RESTART, "sh", "-c", once, "once", str(counter)],
+                          timeout=30)
+    assert done.returncode == 5 and counter.read_text().strip() == "3"
+
+
+def test_neighbours_are_background_and_restarting_and_the_job_nodes_are_not(tmp_path):
+    lab = netlab.Lab(4, 10**9, cpus_per_node=1)
+    commands = netns.commands(lab, Topology(2, 1), ["--steps", "3"], master_port=29500,
+                              job_id="job", results=tmp_path / "runs.jsonl", rdzv_timeout=60,
+                              module="bench.rank.train",
+                              neighbours_results=tmp_path / "neighbours.jsonl")
+    assert [(c.host, c.background) for c in commands] == [
+        ("node0", False), ("node1", False), ("neighbour2", True), ("neighbour3", True)]
+    for command in commands:
+        restarts = command.argv[:len(netns.RESTART)] == netns.RESTART
+        assert restarts == command.background
+        assert command.env["OMP_NUM_THREADS"] == "1"
+    # Each neighbour is a one-node job of its own, writing apart from the job's records.
+    neighbour = commands[2].argv
+    assert neighbour[neighbour.index("--nnodes") + 1] == "1"
+    assert neighbour[neighbour.index("--rdzv-id") + 1] == "job-n2"
+    assert str((tmp_path / "neighbours.jsonl").resolve()) in " ".join(neighbour)
