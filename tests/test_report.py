@@ -100,3 +100,25 @@ def test_a_prediction_given_is_on_the_page(tmp_path):
     assert "2 nodes: 1.62x predicted" in (tmp_path / "runs.html").read_text()
     assert proc.stdout.splitlines()[-1] == f"report: {tmp_path / 'runs.md'} and " \
                                            f"{tmp_path / 'runs.html'}"
+
+
+def _sweep(nodes: int, busbw: float, rate_bps: int | None) -> dict:
+    link = {"rate": "1gbit", "rate_bps": rate_bps, "kind": "emulated"} if rate_bps else {}
+    return {"mode": "allreduce", "status": "ok", "nnodes": nodes, "world_size": nodes,
+            "env": {"link": link},
+            "sizes": [{"size_bytes": 1024, "busbw_GBps": busbw / 100},
+                      {"size_bytes": 32 * 2**20, "busbw_GBps": busbw}]}
+
+
+def test_a_file_of_sweeps_is_summarised_by_the_bandwidth_it_got():
+    sweeps = [_sweep(2, 0.12, 10**9), _sweep(2, 0.10, 10**9), _sweep(2, 0.11, 10**9),
+              _sweep(4, 0.09, None), dict(_sweep(3, 0.5, 10**9), status="error"),
+              _sweep(1, 0.0, 10**9)]
+    lines = report.summary(sweeps)
+    assert lines == [
+        "all-reduce over 2 node(s), 2 ranks: busbw 0.88 Gbit/s at 32 MiB (median of 3), "
+        "88% of the 1 Gbit/s link",
+        "all-reduce over 4 node(s), 4 ranks: busbw 0.72 Gbit/s at 32 MiB (median of 1)"]
+    # Training records and sweeps in one file: the scaling lines, then the link's.
+    both = report.summary(fixture_records() + sweeps[:1])
+    assert both[0].startswith("best samples/s") and both[-1].startswith("all-reduce over 2")

@@ -4,7 +4,8 @@ Writes ``<results>.md`` and a self-contained ``<results>.html`` (plots embedded)
 numbers came from (image, versions, hosts, link), the scaling tables, the plots, the
 communication figures, and a three-line summary: the best throughput, the scaling
 efficiency at the largest topology, and the share of that topology's step spent in
-exposed communication. ``bench matrix`` writes both after every run; ``make report``
+exposed communication; for all-reduce sweeps, the bandwidth the link gave them per node
+count. ``bench matrix`` writes both after every run; ``make report``
 rebuilds them.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bench.analysis.table import (
 )
 from bench.options import ConfigError
 from bench.topology import Topology
+from bench.units import format_rate, format_size
 
 
 def _median(values: list[float]) -> float | None:
@@ -41,13 +43,42 @@ def _topology(rec: dict) -> Topology:
 
 
 def summary(records: list[dict]) -> list[str]:
-    """Three lines that answer the scaling question: the best run, how the setup of that
-    run scales to its largest topology, and how much of that step is communication."""
+    """Three lines that answer the scaling question (the best run, how the setup of that
+    run scales to its largest topology, and how much of that step is communication), then
+    a line per node count for all-reduce sweeps: the bandwidth the link gave them."""
+    lines = _training_summary(records) + sweep_summary(records)
+    return lines or ["no run finished ok: see the status column and the job logs"]
+
+
+def sweep_summary(records: list[dict]) -> list[str]:
+    """Per node count of the ok all-reduce sweeps over 2+ ranks: the median busbw at the
+    largest message, against the link's rate where the record knows it."""
+    by_nodes: dict[tuple[int, int], list[dict]] = {}
+    for rec in records:
+        if rec.get("mode") == "allreduce" and rec.get("status") == "ok" \
+                and (rec.get("world_size") or 0) > 1 and rec.get("sizes"):
+            key = (rec.get("nnodes") or 1, rec["world_size"])
+            by_nodes.setdefault(key, []).append(rec)
+    lines = []
+    for (nodes, ranks), sweeps in sorted(by_nodes.items()):
+        busbw = _median([s["sizes"][-1]["busbw_GBps"] for s in sweeps])
+        largest = format_size(sweeps[0]["sizes"][-1]["size_bytes"])
+        rates = {((s.get("env") or {}).get("link") or {}).get("rate_bps") for s in sweeps}
+        rate = rates.pop() if len(rates) == 1 else None
+        against = f", {busbw * 8e9 / rate:.0%} of the {format_rate(rate)} link" \
+            if rate else ""
+        lines.append(f"all-reduce over {nodes} node(s), {ranks} ranks: busbw "
+                     f"{busbw * 8:.3g} Gbit/s at {largest} (median of {len(sweeps)})"
+                     f"{against}")
+    return lines
+
+
+def _training_summary(records: list[dict]) -> list[str]:
     ok = [r for r in record.training(records) if r.get("status") == "ok"]
     field, unit, higher_better = metric_of(ok[0].get("mode", "steps")) if ok else ("", "", True)
     ok = [r for r in ok if r.get(field)]
     if not ok:
-        return ["no run finished ok: see the status column and the job logs"]
+        return []
     best = (max if higher_better else min)(ok, key=lambda r: r[field])
     devices = "CPU processes" if device_of(best) == "cpu" else "GPUs"
     one = "CPU process" if device_of(best) == "cpu" else "GPU"
