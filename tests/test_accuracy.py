@@ -17,9 +17,10 @@ def _sweep_over(nodes: int, busbw_GBps: float) -> dict:
 
 
 def _predicted(nodes: int, busbw_GBps: float) -> float:
-    """samples/s the model gives for _record's timeline (16 samples per node per step)."""
+    """samples/s the model gives for _record's timeline (16 samples per node per step), on
+    the link of the sweep over ``nodes``."""
     timeline = Timeline((0.1,), (12.5e6,), 0.15)
-    link = Link(busbw_GBps * 1e9, 1e-4)
+    link = Link.from_allreduce(_sweep_over(nodes, busbw_GBps))
     return nodes * 16 / predict_step(timeline, link, nodes).step_s
 
 

@@ -370,9 +370,11 @@ def test_the_band_spans_the_link_sweeps():
     assert (links.slow.busbw_Bps, links.slow.latency_s) == pytest.approx((0.1e9, 0.003))
     assert (links.fast.busbw_Bps, links.fast.latency_s) == pytest.approx((0.125e9, 0.001))
     (row,) = predictions(single_node_repeats([_repeat(0.15)]), links, [2], {})
-    # 125 MB: 0.1 s + 3 ms + 1.25 s + 0.05 s on B (the point, the slow end); 1 ms + 1 s on A.
+    # 125 MB: 0.1 s + 1.25 s + 0.05 s on B (the point, the slow end: its 3 ms latency is
+    # inside the sweep's own time for 64 MB, not added to it); the fast end takes A's 1 ms
+    # latency and 1 Gbit/s on B's shape: 0.1 + 1.0002 + 0.05.
     assert (row.step_s.point, row.step_s.low, row.step_s.high) == \
-        pytest.approx((1.403, 1.151, 1.403))
+        pytest.approx((1.400, 1.1502, 1.400))
     # A planned upgrade moves both ends, each keeping its own efficiency (80%, 100%).
     upgrade = links.at_rate(5 * 10**9)
     assert (upgrade.slow.busbw_Bps, upgrade.fast.busbw_Bps) == pytest.approx((0.5e9, 0.625e9))
@@ -399,10 +401,29 @@ def test_cli_says_where_the_band_comes_from(tmp_path):
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     # The median repeat (0.25 s) on B is the point; repeats of 0.15-0.35 s on links A and
-    # B span 1.151 s (0.15 s on A) to 1.603 s (0.35 s on B).
-    assert cells[1] == "1503.0 [1151.0-1603.0]"
-    assert cells[2] == f"{32 / 1.503:.1f} [{32 / 1.603:.1f}-{32 / 1.151:.1f}]"
+    # B span 1.1502 s (0.15 s on A) to 1.600 s (0.35 s on B).
+    assert cells[1] == "1500.0 [1150.2-1600.0]"
+    assert cells[2] == f"{32 / 1.500:.1f} [{32 / 1.600:.1f}-{32 / 1.1502:.1f}]"
     assert cells[8] == "21.0 (n=1)" and cells[10] == "within band"
     proc = subprocess.run([*run, "--link", "1gbit"], cwd=REPO, capture_output=True, text=True)
     assert "band: from the 3 ok 1-node repeats only (the link adds no width: a nominal " \
         "link)" in proc.stdout
+
+
+def test_the_link_gives_back_every_time_its_sweep_measured():
+    mib = 2**20
+    sweep = _sweep([{"size_bytes": 1024, "time_s": 0.003, "busbw_GBps": 0.0003},
+                    {"size_bytes": 16 * mib, "time_s": 0.150, "busbw_GBps": 16 * mib / 0.15e9},
+                    {"size_bytes": 32 * mib, "time_s": 0.280, "busbw_GBps": 32 * mib / 0.28e9}])
+    link = Link.from_allreduce(sweep)     # 2 ranks: bus factor 1
+    for size, seconds in ((1024, 0.003), (16 * mib, 0.150), (32 * mib, 0.280),
+                          (24 * mib, 0.215),                # between: linear in size
+                          (64 * mib, 0.560),                # past the largest: its busbw
+                          (512, 0.003)):                    # below the smallest: latency
+        assert link.allreduce_s(size, 2) == pytest.approx(seconds), size
+    # More nodes: the ring sends 1.5x the bytes at 4 ranks; the latency stays.
+    assert link.allreduce_s(16 * mib, 4) == pytest.approx(0.003 + 1.5 * 0.147)
+    # A link twice as fast halves the time beyond the latency at every size.
+    assert link.faster(2).allreduce_s(16 * mib, 2) == pytest.approx(0.003 + 0.147 / 2)
+    # A nominal link has no sweep: latency + bytes / rate.
+    assert Link.nominal(10**9).allreduce_s(125e6, 2) == pytest.approx(1.0)

@@ -14,9 +14,20 @@ from bench.units import format_rate
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Link:
-    """The alpha-beta model of one all-reduce: ``latency_s + bus_factor * bytes / busbw``,
-    and what it costs a rank's CPUs: ``cpu_latency_s + cpu_s_per_bus_byte * bus_factor *
-    bytes`` (gloo copies and sums on the CPU; measured by the all-reduce sweep)."""
+    """The alpha-beta model of one all-reduce: ``latency_s + shape(bytes) * bus_factor *
+    bytes / busbw``, and what it costs a rank's CPUs: ``cpu_latency_s + cpu_s_per_bus_byte
+    * bus_factor * bytes`` (gloo copies and sums on the CPU; measured by the all-reduce
+    sweep).
+
+    ``busbw`` is the sweep's at its largest message. ``shape`` scales it per message
+    size from the sweep's own times (``times``: bytes and seconds, ascending), read
+    piecewise linearly between the measured sizes: a 16 MiB message can get more or less
+    of the link than a 32 MiB one (the shaper's burst, gloo's chunking), and the latency
+    is part of the largest message's time already. So the model gives back every time the
+    sweep measured, instead of charging latency twice at the largest size and the largest
+    size's rate at every other; past the largest size it tends to busbw. A nominal link
+    has no times (shape 1).
+    """
 
     busbw_Bps: float      # bytes per second one link carries
     latency_s: float = 0.0
@@ -24,6 +35,7 @@ class Link:
     rate_bps: int | None = None   # the link's rate, to find measurements taken on it
     cpu_latency_s: float = 0.0
     cpu_s_per_bus_byte: float = 0.0
+    times: tuple[tuple[float, float], ...] = ()   # the sweep's (bytes, seconds)
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -38,10 +50,13 @@ class Link:
         # Records from before the sweep measured CPU time carry none: no CPU cost then.
         cpu_per_byte = largest.get("cpu_time_s", 0.0) / (
             bus_factor(rec["world_size"]) * largest["size_bytes"])
-        return cls(largest["busbw_GBps"] * 1e9, sizes[0]["time_s"],
+        busbw, latency = largest["busbw_GBps"] * 1e9, sizes[0]["time_s"]
+        times = tuple(sorted((row["size_bytes"], row["time_s"]) for row in sizes
+                             if row["size_bytes"] > 0 and row["time_s"] > 0))
+        return cls(busbw, latency,
                    f"measured busbw {largest['busbw_GBps'] * 8:.3f} Gbit/s over "
                    f"{rec['world_size']} ranks{on}", link.get("rate_bps"),
-                   sizes[0].get("cpu_time_s", 0.0), cpu_per_byte)
+                   sizes[0].get("cpu_time_s", 0.0), cpu_per_byte, times)
 
     @property
     def efficiency(self) -> float | None:
@@ -49,7 +64,25 @@ class Link:
         return self.busbw_Bps * 8 / self.rate_bps if self.rate_bps else None
 
     def allreduce_s(self, size_bytes: float, nodes: int) -> float:
-        return self.latency_s + bus_factor(nodes) * size_bytes / self.busbw_Bps
+        return self.latency_s + self.shape_at(size_bytes) * bus_factor(nodes) * size_bytes \
+            / self.busbw_Bps
+
+    def shape_at(self, size_bytes: float) -> float:
+        """The sweep's time beyond the latency at ``size_bytes``, per byte, against the
+        largest message's time per byte."""
+        times = self.times
+        if len(times) < 2 or size_bytes <= 0:
+            return 1.0
+        largest, largest_s = times[-1]
+        if size_bytes <= times[0][0]:
+            seconds = times[0][1]
+        elif size_bytes >= largest:
+            seconds = largest_s + (size_bytes - largest) * largest_s / largest
+        else:
+            (size_a, a), (size_b, b) = next((one, two) for one, two in zip(
+                times, times[1:], strict=False) if size_bytes <= two[0])
+            seconds = a + (size_bytes - size_a) / (size_b - size_a) * (b - a)
+        return max(0.0, seconds - self.latency_s) / size_bytes / (largest_s / largest)
 
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
