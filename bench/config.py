@@ -34,6 +34,11 @@ DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
 BACKENDS = ("auto", "nccl", "gloo")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+# The element type each hook all-reduces (the gradients are float32; PowerSGD's P and Q
+# factors too). gloo's CPU cost per byte depends on it: it sums float16 in software,
+# about three times the CPU time of float32 per byte here.
+HOOK_WIRE_DTYPE = {"none": "float32", "fp16": "float16", "bf16": "bfloat16",
+                   "powersgd": "float32"}
 MAX_BATCH_SIZE = 1 << 20
 MAX_TIMEOUT_S = 7 * 86400   # a week: longer is a typo, and would outlive any deadline
 

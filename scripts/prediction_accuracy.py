@@ -4,7 +4,8 @@
       --out results/accuracy-TAG        (root: network namespaces; see bench/host/netlab.py)
   python scripts/prediction_accuracy.py --out results/accuracy-TAG --analyse-only
 
-Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread),
+Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
+in each element type the hooks send),
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
 the records: measured / predicted per hook and node count, written to accuracy.md.
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
+from bench.config import HOOK_WIRE_DTYPE  # noqa: E402
 from bench.topology import parse_positive_ints  # noqa: E402
 from bench.units import parse_rate  # noqa: E402
 
@@ -43,9 +45,12 @@ def _run(argv: list[str]) -> None:
 def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> None:
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link]
     many = ",".join(f"{n}x1" for n in nodes)
-    _run([*bench, "--workload", "allreduce", "--topologies", many,
-          "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"), "--",
-          "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2"])
+    # The link in each element type the hooks send: gloo's CPU cost per byte differs.
+    for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[h] for h in a.hooks.split(",")):
+        _run([*bench, "--workload", "allreduce", "--topologies", many,
+              "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
+              "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
+              "--dtype", dtype])
     _run([*bench, "--topologies", f"1x1,{many}", "--models", "mlp",
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
@@ -58,6 +63,8 @@ def analyse(links: list[str], out: Path) -> str:
     found = []
     for link in links:
         records = record.load(out / f"{link}.jsonl", "results")
+        # The one-node cells' neighbours ran the same job beside them: more baseline samples.
+        records += accuracy.baseline_copies(records, out / f"{link}.jsonl")
         sweeps = accuracy.sweeps_of(record.load(out / f"{link}-comm.jsonl", "sweeps"))
         found += accuracy.rows(records, sweeps)
     return accuracy.table(found)
@@ -81,6 +88,10 @@ def main() -> int:
     links = [link for link in a.links.split(",") if link]
     for link in links:
         parse_rate(link, "--links")
+    unknown = [h for h in a.hooks.split(",") if h not in HOOK_WIRE_DTYPE]
+    if unknown:
+        p.error(f"--hooks {a.hooks}: {', '.join(map(repr, unknown))} unknown; give some of "
+                f"{','.join(HOOK_WIRE_DTYPE)}")
     nodes = parse_positive_ints(a.nodes, "--nodes")
     if min(nodes) < 2 or 2 not in nodes:
         p.error(f"--nodes {a.nodes}: node counts from 2, and 2 among them (its sweep is the "

@@ -2,6 +2,9 @@
 sweep over N nodes and from the 2-node sweep carried to N."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from bench.analysis import accuracy
@@ -57,3 +60,79 @@ def test_the_command_says_what_is_missing(tmp_path, capsys):
     results.write_text(json.dumps(_record(1, "none", 12.5e6, 100.0)) + "\n")
     assert accuracy.main([str(results), "--link-from", str(results)]) == 2
     assert "--link-from" in capsys.readouterr().err
+
+
+def _cpu_sweep(nodes: int, dtype: str, cpu_s: float) -> dict:
+    """A sweep over ``nodes`` in ``dtype``: the same wire times, gloo's CPU time per call
+    ``cpu_s`` at the largest size."""
+    rec = _sweep_over(nodes, 0.12)
+    rec["dtype"] = dtype
+    for row in rec["sizes"]:
+        row["cpu_time_s"] = cpu_s if row["size_bytes"] > 1024 else 1e-5
+    return rec
+
+
+def _on_cpu(rec: dict) -> dict:
+    rec["config"]["distributed"]["device"] = "cpu"
+    return rec
+
+
+def test_each_hook_is_predicted_on_the_sweeps_of_the_type_it_sends():
+    # gloo sums float16 in software: the float16 sweep costs more CPU per byte, here more
+    # than the wire time, so on a CPU job the all-reduce waits on the CPU.
+    sweeps = [_cpu_sweep(2, "float32", 0.05), _cpu_sweep(2, "float16", 2.0)]
+    records = [_on_cpu(_record(1, "fp16", 12.5e6, 100.0)),
+               _on_cpu(_record(2, "fp16", 12.5e6, 50.0)),
+               _on_cpu(_record(1, "none", 25e6, 100.0)),
+               _on_cpu(_record(2, "none", 25e6, 50.0))]
+    found = {row.hook: row for row in accuracy.rows(records, accuracy.sweeps_of(sweeps))}
+    assert found["fp16"].sweep_dtype == "float16"
+    assert found["none"].sweep_dtype == "float32"   # not the file's latest (float16)
+    on_float32 = {row.hook: row for row in accuracy.rows(
+        records, accuracy.sweeps_of(sweeps[:1]))}
+    assert on_float32["fp16"].sweep_dtype == "float32"   # no float16 sweep: the gradients'
+    assert found["fp16"].at_n.samples_per_s.point < on_float32["fp16"].at_n.samples_per_s.point
+    assert found["none"].at_n.samples_per_s.point == \
+        on_float32["none"].at_n.samples_per_s.point
+    assert "| fp16 (float16) | 2 |" in accuracy.table(list(found.values()))
+
+
+def _one_node_cell(tmp_path, samples_per_s: float, neighbours: list[dict], nnodes: int = 1,
+                   job: str = "M-c1r1") -> dict:
+    """A cell's record as the matrix writes it, with its neighbours' records in its logs."""
+    rec = _record(nnodes, "none", 12.5e6, samples_per_s)
+    rec["matrix"] = {"id": "M", "cell": 1, "repeat": 1, "launcher": "netns",
+                     "topology": f"{nnodes}x1", "logs": f"some/other/cwd/logs/{job}"}
+    logs = tmp_path / "logs" / job
+    logs.mkdir(parents=True)
+    (logs / "neighbours.jsonl").write_text(
+        "".join(json.dumps(n) + "\n" for n in neighbours) + "not json\n")
+    return rec
+
+
+def test_the_one_node_cells_neighbours_are_more_samples_of_the_baseline(tmp_path, capsys):
+    same = [_record(1, "none", 12.5e6, rate) for rate in (80.0, 120.0)]
+    other_hook = _record(1, "fp16", 12.5e6, 90.0)
+    failed = dict(_record(1, "none", 12.5e6, 70.0), status="error")
+    cell = _one_node_cell(tmp_path, 100.0, [*same, other_hook, failed])
+    # An N-node cell's neighbours run beside nodes that wait on the link: not the baseline.
+    wide = _one_node_cell(tmp_path, 50.0, [_record(1, "none", 12.5e6, 300.0)], nnodes=2,
+                          job="M-c2r1")
+    copies = accuracy.baseline_copies([cell, wide], tmp_path / "runs.jsonl")
+    assert sorted(c["samples_per_s"] for c in copies) == [80.0, 120.0]
+    assert "neighbours.jsonl:5" in capsys.readouterr().err   # the bad line, named
+    # A cell whose logs are gone adds nothing.
+    assert accuracy.baseline_copies([cell], tmp_path / "elsewhere" / "runs.jsonl") == []
+
+
+def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
+    cell = _one_node_cell(tmp_path, 100.0, [_record(1, "none", 12.5e6, 90.0)] * 3)
+    measured = _record(2, "none", 12.5e6, 150.0)
+    results, sweeps = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
+    results.write_text(json.dumps(cell) + "\n" + json.dumps(measured) + "\n")
+    sweeps.write_text(json.dumps(_sweep_over(2, 0.12)) + "\n")
+    one_node = re.compile(r"\| none \(float32\) \| 2 \| [\d.]+ \((\d+)\) \|")
+    assert accuracy.main([str(results), "--link-from", str(sweeps)]) == 0
+    assert one_node.search(capsys.readouterr().out).group(1) == "4"
+    assert accuracy.main([str(results), "--link-from", str(sweeps), "--no-neighbours"]) == 0
+    assert one_node.search(capsys.readouterr().out).group(1) == "1"

@@ -427,3 +427,21 @@ def test_the_link_gives_back_every_time_its_sweep_measured():
     assert link.faster(2).allreduce_s(16 * mib, 2) == pytest.approx(0.003 + 0.147 / 2)
     # A nominal link has no sweep: latency + bytes / rate.
     assert Link.nominal(10**9).allreduce_s(125e6, 2) == pytest.approx(1.0)
+
+
+def test_cli_takes_the_gradients_own_type_from_a_file_of_several(tmp_path):
+    """A file of sweeps in float32 and float16 (bench accuracy writes one): the command
+    predicts on the float32 ones, the gradients' type, even when a float16 one is latest."""
+    results, comm = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
+    results.write_text(json.dumps(_repeat(0.15)) + "\n")
+    slow16 = _sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.0005},
+                     {"size_bytes": 64_000_000, "time_s": 5.12, "busbw_GBps": 0.0125}])
+    slow16["dtype"] = "float16"
+    comm.write_text("".join(json.dumps(r) + "\n" for r in [*_two_sweeps(), slow16]))
+    run = [sys.executable, "-m", "bench", "predict", str(results), "--nodes", "2",
+           "--link-from", str(comm)]
+    proc = subprocess.run(run, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "of 2 all-reduce sweeps" in proc.stdout
+    assert "1 ok all-reduce sweep(s) in --link-from on another link rate, backend, rank " \
+        "count or element type left out" in proc.stdout

@@ -13,6 +13,17 @@ because the link they start from can be measured two ways:
 - from the sweep over 2 nodes alone, carried to N by the ring's bus factor: what a lab
   with two nodes would predict for more.
 
+Each hook is predicted on the sweeps in the element type it sends (``--dtype`` of the
+sweep: float16 for fp16, bfloat16 for bf16, float32 for none and PowerSGD) where the file
+has them: gloo sums on the CPU, and its cost per byte depends on the type.
+
+On emulated hosts (``--launcher netns``) a one-node cell runs beside neighbours: an
+identical one-node copy of the job on every other emulated host, at the same time, on the
+same share of the CPUs (see bench/host/launchers/netns.py). Each is as much a sample of the
+one-node baseline as the job itself, and the baseline is the noisiest figure here (four
+processes on two CPUs: one copy's samples/s spreads by up to half between repeats), so
+``baseline_copies`` adds them to the repeats the prediction and its band start from.
+
 Rows are data (``rows()``) for scripts/prediction_accuracy.py; ``table()`` is their text.
 """
 from __future__ import annotations
@@ -28,7 +39,9 @@ from bench.analysis.predict import (
     Predicted,
     measured_rates,
     predictions,
+    setup_key,
     single_node_repeats,
+    sweeps_for_hook,
 )
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
@@ -43,6 +56,8 @@ class Row:
     link: str                      # the link's rate, e.g. 1 Gbit/s
     hook: str
     one_node: float                # the 1-node samples/s the prediction starts from
+    one_node_samples: int          # how many 1-node records it is the median of
+    sweep_dtype: str               # the element type of the sweeps it was predicted on
     at_n: Predicted                # from the sweep over N nodes
     from_two: Predicted | None     # from the sweep over 2 nodes, carried to N
 
@@ -58,6 +73,29 @@ def sweeps_of(records: list[dict]) -> list[dict]:
             and r["sizes"][-1]["busbw_GBps"] > 0]
 
 
+def baseline_copies(records: list[dict], results: Path) -> list[dict]:
+    """The neighbours' records of every ok one-node cell in ``records`` (read from
+    ``results``): same setup, same time, same CPU share as the cell's own record. They are
+    in ``neighbours.jsonl`` in the cell's log directory, which the matrix puts beside the
+    results file (logs/JOB); a missing or unreadable one adds nothing."""
+    copies = []
+    for rec in record.training(records):
+        logs = (rec.get("matrix") or {}).get("logs")
+        if rec.get("status") != "ok" or rec.get("nnodes") != 1 or not isinstance(logs, str):
+            continue
+        path = results.parent / "logs" / Path(logs).name / "neighbours.jsonl"
+        if not path.is_file():
+            continue
+        try:
+            found = list(record.read(path))
+        except record.ResultsError as error:
+            print(f"warning: {error}", file=sys.stderr)
+            continue
+        copies += [c for c in record.training(found) if c.get("status") == "ok"
+                   and c.get("nnodes") == 1 and setup_key(c) == setup_key(rec)]
+    return copies
+
+
 def _over(sweeps: list[dict], nodes: int) -> LinkRange | None:
     chosen = [s for s in sweeps if (s.get("nnodes") or s.get("world_size")) == nodes]
     return LinkRange.of_sweeps(chosen) if chosen else None
@@ -65,24 +103,31 @@ def _over(sweeps: list[dict], nodes: int) -> LinkRange | None:
 
 def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
     """One row per setup and node count measured on the sweeps' link."""
-    repeats = single_node_repeats(records)
     found = []
     counts = sorted({r["nnodes"] for r in record.training(records)
                      if r.get("status") == "ok" and (r.get("nnodes") or 1) > 1})
-    two = _over(sweeps, 2)
-    for n in counts:
-        at_n = _over(sweeps, n)
-        if at_n is None:
-            continue
-        measured = measured_rates(records, at_n.point)
-        carried = {(p.setup, p.nodes): p for p in predictions(repeats, two, [n], measured)} \
-            if two else {}
-        for p in predictions(repeats, at_n, [n], measured):
-            if not p.measured:
+    by_hook: dict[str, dict[tuple, list[dict]]] = {}
+    for key, recs in single_node_repeats(records).items():
+        by_hook.setdefault(key[-1], {})[key] = recs
+    for hook, repeats in by_hook.items():
+        # Each hook against the link as measured in the element type it sends.
+        typed = sweeps_for_hook(sweeps, hook)
+        two = _over(typed, 2)
+        for n in counts:
+            at_n = _over(typed, n)
+            if at_n is None:
                 continue
-            rate = format_rate(at_n.point.rate_bps) if at_n.point.rate_bps else "?"
-            found.append(Row(rate, p.setup[-1], p.scaling.samples_per_step_node
-                             / p.scaling.base_step_s, p, carried.get((p.setup, n))))
+            measured = measured_rates(records, at_n.point)
+            carried = {(p.setup, p.nodes): p
+                       for p in predictions(repeats, two, [n], measured)} if two else {}
+            for p in predictions(repeats, at_n, [n], measured):
+                if not p.measured:
+                    continue
+                rate = format_rate(at_n.point.rate_bps) if at_n.point.rate_bps else "?"
+                found.append(Row(rate, hook, p.scaling.samples_per_step_node
+                                 / p.scaling.base_step_s, len(repeats[p.setup]),
+                                 typed[-1].get("dtype", "float32"), p,
+                                 carried.get((p.setup, n))))
     return found
 
 
@@ -94,12 +139,14 @@ def _ratio(p: Predicted | None) -> str:
 
 
 def table(found: list[Row]) -> str:
-    lines = ["| link | hook | nodes | 1 node | measured (n) | predicted [band], N-node sweep "
-             "| measured / predicted | within band | predicted [band], 2-node sweep | "
-             "measured / predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | hook (sweep dtype) | nodes | 1 node (n) | measured (n) | "
+             "predicted [band], N-node sweep | measured / predicted | within band | "
+             "predicted [band], 2-node sweep | measured / predicted |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in sorted(found, key=lambda r: (r.link, r.hook, r.nodes)):
         p = row.at_n
-        lines.append(f"| {row.link} | {row.hook} | {row.nodes} | {row.one_node:.1f} | "
+        lines.append(f"| {row.link} | {row.hook} ({row.sweep_dtype}) | {row.nodes} | "
+                     f"{row.one_node:.1f} ({row.one_node_samples}) | "
                      f"{p.measured_median:.1f} ({len(p.measured)}) | {_ratio(p)} | "
                      f"{'yes' if p.within else 'no'} | {_ratio(row.from_two)} |")
     held = [r for r in found if GOAL[0] <= r.at_n.ratio <= GOAL[1]]
@@ -122,9 +169,14 @@ def main(argv: list[str] | None = None, prog: str = "bench accuracy") -> int:
                    "measured on one link")
     p.add_argument("--link-from", type=Path, required=True, help="all-reduce sweeps on the "
                    "same link, over 2 and over each N nodes")
+    p.add_argument("--no-neighbours", action="store_true", help="start from the one-node "
+                   "cells' own records only, not also from their emulated neighbours' copies")
     args = p.parse_args(argv)
     try:
-        records = [r for f in args.results for r in record.load(f, "results")]
+        records = []
+        for path in args.results:
+            mine = record.load(path, "results")
+            records += mine if args.no_neighbours else mine + baseline_copies(mine, path)
         sweeps = sweeps_of(record.load(args.link_from, "--link-from"))
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce sweep "

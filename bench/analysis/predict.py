@@ -79,7 +79,7 @@ from bench.analysis.prediction import (
     predict_step,
     scaling,
 )
-from bench.config import OneLineErrorParser
+from bench.config import HOOK_WIRE_DTYPE, OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import Topology, parse_positive_ints
 from bench.units import parse_rate
@@ -160,7 +160,7 @@ class LinkRange:
     slow: Link
     fast: Link
     sweeps: int = 0      # the all-reduce records behind it; 0 for a nominal link
-    left_out: int = 0    # ok sweeps in the file taken on another link, backend or ranks
+    left_out: int = 0    # ok sweeps in the file on another link, backend, ranks or dtype
 
     @classmethod
     def fixed(cls, link: Link, sweeps: int = 0) -> LinkRange:
@@ -297,10 +297,22 @@ def lever_bands(repeats: dict[tuple, list[dict]], key: tuple, links: LinkRange,
 
 
 def _same_link(sweep: dict) -> tuple:
-    """What makes sweeps measurements of one link: its rate, the backend, and the ranks
-    over how many nodes (latency grows with them)."""
+    """What makes sweeps measurements of one link: its rate, the backend, the ranks over
+    how many nodes (latency grows with them), and the element type (gloo's CPU cost per
+    byte depends on it)."""
     rate = ((sweep.get("env") or {}).get("link") or {}).get("rate_bps")
-    return rate, sweep.get("backend"), sweep.get("world_size"), sweep.get("nnodes")
+    return (rate, sweep.get("backend"), sweep.get("world_size"), sweep.get("nnodes"),
+            sweep.get("dtype", "float32"))
+
+
+def sweeps_for_hook(sweeps: list[dict], hook: str) -> list[dict]:
+    """The sweeps in the element type ``hook`` sends (float16 for fp16...), where the file
+    has any; otherwise the float32 ones (the gradients' own type), otherwise all."""
+    for dtype in (HOOK_WIRE_DTYPE.get(hook, "float32"), "float32"):
+        chosen = [s for s in sweeps if s.get("dtype", "float32") == dtype]
+        if chosen:
+            return chosen
+    return sweeps
 
 
 def link_of(args: argparse.Namespace) -> LinkRange:
@@ -315,7 +327,9 @@ def link_of(args: argparse.Namespace) -> LinkRange:
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
                               "over 2 or more ranks: run bench allreduce on the link first")
-        same = [s for s in sweeps if _same_link(s) == _same_link(sweeps[-1])]
+        # One element type: the gradients' own (float32) where the file has it.
+        typed = sweeps_for_hook(sweeps, "none")
+        same = [s for s in sweeps if _same_link(s) == _same_link(typed[-1])]
         measured = LinkRange.of_sweeps(same, len(sweeps) - len(same))
         return measured.at_rate(parse_rate(args.link, "--link")) if args.link else measured
     if not args.link:
@@ -371,8 +385,8 @@ def _link_band_lines(links: LinkRange) -> list[str]:
                      f"latency {fast.latency_s * 1e3:.2f}-{slow.latency_s * 1e3:.2f} ms")
     if links.left_out:
         lines.append(f"link band: {links.left_out} ok all-reduce sweep(s) in --link-from on "
-                     "another link rate, backend or rank count left out; to use them, give "
-                     "--link-from a file with one link's sweeps only")
+                     "another link rate, backend, rank count or element type left out; to "
+                     "use them, give --link-from a file with one link's sweeps only")
     return lines
 
 
