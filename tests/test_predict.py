@@ -445,3 +445,17 @@ def test_cli_takes_the_gradients_own_type_from_a_file_of_several(tmp_path):
     assert "of 2 all-reduce sweeps" in proc.stdout
     assert "1 ok all-reduce sweep(s) in --link-from on another link rate, backend, rank " \
         "count or element type left out" in proc.stdout
+
+
+def test_cli_tells_the_runs_own_rate_from_the_step_it_predicts_from(tmp_path):
+    """A one-node run's samples/s (its mean over the timed steps) and its bucket timeline's
+    median step can differ; the report gives each for what it is."""
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps(_record(1, "none", 125e6, 80.0)) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link", "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("measured on 1 node"))
+    assert line.startswith("measured on 1 node: 80.0 samples/s (one ok repeat); ")
+    assert "median step 150.0 ms (106.7 samples/s), 125.00 MB sent per step" in line

@@ -55,7 +55,8 @@ GOAL = (0.90, 1.10)
 class Row:
     link: str                      # the link's rate, e.g. 1 Gbit/s
     hook: str
-    one_node: float                # the 1-node samples/s the prediction starts from
+    one_node: float                # the 1-node samples/s the prediction starts from: the
+    #                                median step of the median repeat's bucket timeline
     one_node_samples: int          # how many 1-node records it is the median of
     sweep_dtype: str               # the element type of the sweeps it was predicted on
     at_n: Predicted                # from the sweep over N nodes
@@ -139,7 +140,7 @@ def _ratio(p: Predicted | None) -> str:
 
 
 def table(found: list[Row]) -> str:
-    lines = ["| link | hook (sweep dtype) | nodes | 1 node (n) | measured (n) | "
+    lines = ["| link | hook (sweep dtype) | nodes | 1 node, timeline (n) | measured (n) | "
              "predicted [band], N-node sweep | measured / predicted | within band | "
              "predicted [band], 2-node sweep | measured / predicted |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -395,13 +395,17 @@ def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
     timeline = Timeline.of(rec)
     model, size, batch, accum, precision, procs, hook = key
     rates = [r["samples_per_s"] for r in recs]
-    which = (f"the median of {len(recs)} ok repeats by recorded samples/s, which span "
+    which = (f"the median of {len(recs)} ok repeats, which span "
              f"{min(rates):.1f}-{max(rates):.1f}" if len(recs) > 1 else "one ok repeat")
+    # Two figures, which can differ: the run's own samples/s (the mean over its timed
+    # steps; one process trains without DDP), and the step the prediction starts from
+    # (the median step of its bucket timeline, under DDP, with the comm hook's work).
     return [f"## {model} {size}px, batch {batch}/device x {procs} per node, "
             f"grad-accum {accum}, {precision}, comm-hook {hook}",
-            f"measured on 1 node: {rec['global_batch_size'] / timeline.step_s:.1f} samples/s, "
-            f"step {timeline.step_s * 1e3:.1f} ms, {sum(timeline.sent_bytes) / 1e6:.2f} MB "
-            f"sent per step ({which})"]
+            f"measured on 1 node: {rec['samples_per_s']:.1f} samples/s ({which}); the "
+            f"prediction starts from its bucket timeline: median step "
+            f"{timeline.step_s * 1e3:.1f} ms ({rec['global_batch_size'] / timeline.step_s:.1f}"
+            f" samples/s), {sum(timeline.sent_bytes) / 1e6:.2f} MB sent per step"]
 
 
 def _prediction_row(row: Predicted) -> str:
