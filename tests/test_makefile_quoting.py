@@ -141,9 +141,14 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("node-up", "IMAGE", "compose", "--image", []),
 ])
 def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, extra, marker,
-                                                 fake_venv):
+                                                 fake_venv, tmp_path):
     value = HOSTILE.format(m=marker)
+    if target == "bench-emulated" and variable != "RESULTS":
+        # Its recipe writes the prediction beside RESULTS itself (tee): not in the checkout.
+        extra = [*extra, f"RESULTS={tmp_path}/emulated.jsonl"]
+    before = set((REPO / "results").iterdir())
     proc = run_make(target, f"{variable}={value}", f"VENV={fake_venv.path}", *extra)
+    assert set((REPO / "results").iterdir()) == before, "the test wrote into results/"
     calls = fake_venv.bench_calls(verb)
     assert calls, (proc.returncode, proc.stderr)
     if flag is None:  # the first argument: the file
