@@ -32,6 +32,17 @@ def child(parent: Path, name: str, setting: str) -> Path:
     return path
 
 
+def resolved_inside(path: Path, parent: Path, setting: str) -> Path:
+    """``path`` resolved (symbolic links followed), proven to lie strictly inside ``parent``
+    resolved; ConfigError otherwise. What a caller removes is what this returns, so the
+    check and the removal concern the same directory."""
+    resolved, resolved_parent = path.resolve(), parent.resolve()
+    if resolved == resolved_parent or not resolved.is_relative_to(resolved_parent):
+        raise ConfigError(setting, path.name or str(path), f"{path} resolves to {resolved}, "
+                          f"not inside {resolved_parent}: nothing was removed")
+    return resolved
+
+
 def check_writable_file(path: Path, setting: str) -> None:
     """Raise ConfigError unless ``path`` can be appended to (or created) by this process.
     Nothing is created: missing parent directories are fine when the nearest existing

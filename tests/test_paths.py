@@ -1,0 +1,53 @@
+"""bench.paths.resolved_inside, and the dataset export's removal that relies on it: a
+directory is removed only once it is proven, resolved, to lie inside the export."""
+from __future__ import annotations
+
+import pytest
+
+from bench.host.dataset import _remove
+from bench.options import ConfigError
+from bench.paths import resolved_inside
+
+
+def test_a_directory_inside_its_parent_resolves_there(tmp_path):
+    (tmp_path / "export" / "a" / "b").mkdir(parents=True)
+    assert resolved_inside(tmp_path / "export" / "a" / "b", tmp_path / "export", "--name") \
+        == (tmp_path / "export" / "a" / "b").resolve()
+
+
+@pytest.mark.parametrize("relative", ["export", "export/..", "outside", "export/a/../../outside"])
+def test_the_parent_itself_and_anything_outside_it_are_refused(tmp_path, relative):
+    (tmp_path / "export" / "a").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    with pytest.raises(ConfigError) as error:
+        resolved_inside(tmp_path / relative, tmp_path / "export", "--name")
+    assert "--name" in str(error.value) and "nothing was removed" in str(error.value)
+
+
+def test_a_link_through_a_directory_that_leaves_the_parent_is_refused(tmp_path):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "outside" / "data").mkdir(parents=True)
+    (tmp_path / "export" / "via").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError):
+        resolved_inside(tmp_path / "export" / "via" / "data", tmp_path / "export", "--name")
+
+
+def test_remove_deletes_a_directory_inside_the_export_and_unlinks_a_link(tmp_path):
+    export = tmp_path / "export"
+    (export / "old" / "sub").mkdir(parents=True)
+    (tmp_path / "keep").mkdir()
+    (export / "link").symlink_to(tmp_path / "keep")
+    _remove(export / "old", export)
+    _remove(export / "link", export)
+    assert sorted(p.name for p in export.iterdir()) == []
+    assert (tmp_path / "keep").is_dir()   # a link is unlinked, never followed
+
+
+def test_remove_refuses_a_directory_reached_through_a_link_out_of_the_export(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    (tmp_path / "outside" / "data").mkdir(parents=True)
+    (export / "via").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError):
+        _remove(export / "via" / "data", export)
+    assert (tmp_path / "outside" / "data").is_dir()
