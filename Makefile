@@ -440,7 +440,7 @@ bench-accuracy: LINKS ?= 1gbit,5gbit
 bench-accuracy: NODES ?= 2,3,4
 bench-accuracy: COMM_HOOKS ?= none,fp16,bf16,powersgd
 bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
-bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~40 min
+bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~50 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS"
 

@@ -33,12 +33,13 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
 BACKENDS = ("auto", "nccl", "gloo")
-COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
-# The element type each hook all-reduces (the gradients are float32; PowerSGD's P and Q
-# factors too). gloo's CPU cost per byte depends on it: it sums float16 in software, about
-# twice float32's CPU time per bus byte in the emulated-accuracy reference sweeps.
+# The comm hooks, each with the element type it all-reduces (the gradients are float32;
+# PowerSGD's P and Q factors too). gloo's CPU cost per byte depends on it: it sums float16
+# in software, about twice float32's CPU time per bus byte in the emulated-accuracy
+# reference sweeps.
 HOOK_WIRE_DTYPE = {"none": "float32", "fp16": "float16", "bf16": "bfloat16",
                    "powersgd": "float32"}
+COMM_HOOKS = tuple(HOOK_WIRE_DTYPE)
 MAX_BATCH_SIZE = 1 << 20
 MAX_TIMEOUT_S = 7 * 86400   # a week: longer is a typo, and would outlive any deadline
 

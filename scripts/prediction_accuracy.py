@@ -30,11 +30,10 @@ sys.path.insert(0, str(REPO))
 
 from bench import record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
-from bench.config import HOOK_WIRE_DTYPE  # noqa: E402
-from bench.topology import parse_positive_ints  # noqa: E402
-from bench.units import parse_rate  # noqa: E402
-
-HOOKS = "none,fp16,bf16,powersgd"
+from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, OneLineErrorParser  # noqa: E402
+from bench.options import ConfigError, require_range  # noqa: E402
+from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
+from bench.units import parse_rate, parse_size  # noqa: E402
 
 
 def _run(argv: list[str]) -> None:
@@ -46,7 +45,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link]
     many = ",".join(f"{n}x1" for n in nodes)
     # The link in each element type the hooks send: gloo's CPU cost per byte differs.
-    for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[h] for h in a.hooks.split(",")):
+    for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(",")):
         _run([*bench, "--workload", "allreduce", "--topologies", many,
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
@@ -70,12 +69,33 @@ def analyse(links: list[str], out: Path) -> str:
     return accuracy.table(found)
 
 
+def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
+    """The links, hooks and node counts, every value checked; ConfigError names the first
+    bad one."""
+    links = [link for link in a.links.split(",") if link]
+    if not links:
+        raise ConfigError("--links", a.links, "give at least one link rate, e.g. 1gbit,5gbit")
+    for link in links:
+        parse_rate(link, "--links")
+    hooks = parse_choices(a.hooks, COMM_HOOKS, "--hooks")
+    nodes = parse_positive_ints(a.nodes, "--nodes")
+    if min(nodes) < 2 or 2 not in nodes:
+        raise ConfigError("--nodes", a.nodes, "node counts from 2, and 2 among them (its "
+                          "sweep is the one a two-node lab has), e.g. 2,3,4")
+    for flag, value, high in (("repeats", a.repeats, 100), ("batch_size", a.batch_size, 4096),
+                              ("mlp_width", a.mlp_width, 65536), ("mlp_depth", a.mlp_depth, 64),
+                              ("steps", a.steps, 100_000)):
+        require_range(value, flag, 1, high)
+    parse_size(a.max_size, "--max-size")
+    return links, hooks, nodes
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineErrorParser(description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--links", default="1gbit,5gbit")
     p.add_argument("--nodes", default="2,3,4", help="node counts to measure (from 2)")
-    p.add_argument("--hooks", default=HOOKS)
+    p.add_argument("--hooks", default=",".join(COMM_HOOKS))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--mlp-width", type=int, default=1024)
@@ -85,22 +105,21 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--analyse-only", action="store_true")
     a = p.parse_args()
-    links = [link for link in a.links.split(",") if link]
-    for link in links:
-        parse_rate(link, "--links")
-    unknown = [h for h in a.hooks.split(",") if h not in HOOK_WIRE_DTYPE]
-    if unknown:
-        p.error(f"--hooks {a.hooks}: {', '.join(map(repr, unknown))} unknown; give some of "
-                f"{','.join(HOOK_WIRE_DTYPE)}")
-    nodes = parse_positive_ints(a.nodes, "--nodes")
-    if min(nodes) < 2 or 2 not in nodes:
-        p.error(f"--nodes {a.nodes}: node counts from 2, and 2 among them (its sweep is the "
-                "one a two-node lab has)")
-    a.out.mkdir(parents=True, exist_ok=True)
+    try:
+        links, hooks, nodes = _checked(a)
+    except ConfigError as error:  # one line naming the setting, before anything is written
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
+        return 2
+    a.hooks = ",".join(hooks)
     if not a.analyse_only:
+        a.out.mkdir(parents=True, exist_ok=True)
         for link in links:
             measure(link, a.out, nodes, a)
-    text = analyse(links, a.out)
+    try:
+        text = analyse(links, a.out)
+    except ConfigError as error:  # a results file missing or holding no valid record
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
+        return 2
     (a.out / "accuracy.md").write_text(text + "\n")
     print(text)
     return 0

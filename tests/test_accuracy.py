@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
 from bench.analysis import accuracy
 from bench.analysis.prediction import Link, Timeline, predict_step
+from tests.conftest import REPO
 from tests.test_predict import _record, _sweep
 
 
@@ -136,3 +139,21 @@ def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
     assert one_node.search(capsys.readouterr().out).group(1) == "4"
     assert accuracy.main([str(results), "--link-from", str(sweeps), "--no-neighbours"]) == 0
     assert one_node.search(capsys.readouterr().out).group(1) == "1"
+
+
+@pytest.mark.parametrize("args,setting", [
+    (["--links", "9zbit"], "--links"), (["--links", ","], "--links"),
+    (["--hooks", "none,zip"], "--hooks"), (["--nodes", "3,4"], "--nodes"),
+    (["--repeats", "0"], "--repeats"), (["--max-size", "1x"], "--max-size"),
+    (["--analyse-only"], "results"),       # nothing measured there yet
+])
+def test_the_script_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path, args,
+                                                                         setting):
+    out = tmp_path / "acc"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "prediction_accuracy.py"),
+                           "--out", str(out), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and setting in lines[0], proc.stderr
+    assert not out.exists()
