@@ -126,6 +126,11 @@ def test_the_one_node_cells_neighbours_are_more_samples_of_the_baseline(tmp_path
     assert "neighbours.jsonl:5" in capsys.readouterr().err   # the bad line, named
     # A cell whose logs are gone adds nothing.
     assert accuracy.baseline_copies([cell], tmp_path / "elsewhere" / "runs.jsonl") == []
+    # A record whose logs name leaves logs/ is not followed: a warning, nothing read.
+    (tmp_path / "neighbours.jsonl").write_text(json.dumps(same[0]) + "\n")
+    cell["matrix"]["logs"] = "logs/.."
+    assert accuracy.baseline_copies([cell], tmp_path / "runs.jsonl") == []
+    assert "matrix.logs" in capsys.readouterr().err
 
 
 def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):

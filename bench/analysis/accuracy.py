@@ -45,6 +45,7 @@ from bench.analysis.predict import (
 )
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import child
 from bench.units import format_rate
 
 # The goal: measured / predicted within this range for every row.
@@ -84,13 +85,14 @@ def baseline_copies(records: list[dict], results: Path) -> list[dict]:
         logs = (rec.get("matrix") or {}).get("logs")
         if rec.get("status") != "ok" or rec.get("nnodes") != 1 or not isinstance(logs, str):
             continue
-        path = results.parent / "logs" / Path(logs).name / "neighbours.jsonl"
-        if not path.is_file():
-            continue
         try:
-            found = list(record.read(path))
-        except record.ResultsError as error:
-            print(f"warning: {error}", file=sys.stderr)
+            # The record names the directory; only its last component is used, and only
+            # where it is a plain name inside logs/ (a record could say "..").
+            path = child(results.parent / "logs", Path(logs).name, "matrix.logs") \
+                / "neighbours.jsonl"
+            found = list(record.read(path)) if path.is_file() else []
+        except ConfigError as error:   # a bad name, or a file that cannot be read
+            print(f"warning: {results}: {error}", file=sys.stderr)
             continue
         copies += [c for c in record.training(found) if c.get("status") == "ok"
                    and c.get("nnodes") == 1 and setup_key(c) == setup_key(rec)]
