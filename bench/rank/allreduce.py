@@ -191,4 +191,4 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    job.exit_process(main())

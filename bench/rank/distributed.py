@@ -73,7 +73,8 @@ def init(cfg: DistributedConfig) -> DistContext:
 def shutdown(*, synchronized: bool) -> None:
     """Leave the job. After a successful run every rank first meets at a barrier, so no
     rank tears its connections down while a peer still uses them (seen as an abort at exit
-    on the slower rank); after a failure peers may be gone, so nobody waits."""
+    on the slower rank); after a failure peers may be gone, so nobody waits (and a job with
+    peers does not call this after a failure at all: ``bench.rank.job._finish`` says why)."""
     if dist.is_available() and dist.is_initialized():
         if synchronized:
             dist.barrier()

@@ -7,6 +7,7 @@ instead of a stack trace.
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -27,13 +28,21 @@ class ExpectedFailure(RuntimeError):
     status = "error"
 
 
+def is_allocation_failure(error: BaseException) -> bool:
+    """An allocation that failed, however it surfaced: torch's allocators say "out of
+    memory" or "can't allocate memory"; C++ code outside them throws std::bad_alloc, which
+    reaches Python as a RuntimeError or a MemoryError."""
+    text = str(error).lower()
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or any(
+        sign in text for sign in ("out of memory", "can't allocate memory", "bad_alloc"))
+
+
 def classify(error: BaseException) -> str:
     """The record status for a failure: the failure's own, oom, timeout or error."""
     if isinstance(error, ExpectedFailure):
         return error.status
     text = str(error).lower()
-    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in text \
-            or "can't allocate memory" in text:
+    if is_allocation_failure(error):
         return "oom"
     if isinstance(error, TimeoutError) or "timed out" in text or "timeout" in text:
         return "timeout"
@@ -55,6 +64,19 @@ def one_line(error: BaseException) -> str:
 
 
 Measure = Callable[[distributed.DistContext, dict], None]
+
+
+def exit_process(code: int) -> None:
+    """End a rank's process with ``code``. After a failure the record and the FAILED line
+    are already out, but a peer may still be inside a collective with this rank: the
+    process group's destructor at interpreter exit would wait for that peer (gloo: up to
+    its 300 s timeout), and torchrun, which stops the other ranks only once one has exited,
+    would wait with it. So a failed rank leaves at once, without running destructors."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code != 0:
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callable) -> int:
@@ -111,10 +133,15 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
             lost = True
             where = (f"could not append the record to {results} ({error}); it was printed "
                      "after the marker above")
-    try:
-        distributed.shutdown(synchronized=rec["status"] == "ok")
-    except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
-        pass
+    # After a failure with peers, the group is not torn down: a peer may be inside a
+    # collective with this rank, and the group's destructor joins the thread that waits for
+    # that peer (gloo: until its 300 s timeout) before this rank could say it failed or
+    # exit. exit_process ends the process instead, and torchrun then stops the peers.
+    if rec["status"] == "ok" or ctx is None or not ctx.is_distributed:
+        try:
+            distributed.shutdown(synchronized=rec["status"] == "ok")
+        except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
+            pass
     if rec["status"] == "ok" and not lost:
         if leader:
             print(f"[bench] ok: {ok_text(rec)}; {where}", file=sys.stderr)

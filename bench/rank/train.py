@@ -150,8 +150,8 @@ def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     rec["memory_cap"] = apply_memory_cap(cfg.distributed.memory_cap)
     try:
         _measure(cfg, ctx, rec)
-    except RuntimeError as error:
-        if rec["memory_cap"] and "can't allocate memory" in str(error):
+    except (RuntimeError, MemoryError) as error:
+        if rec["memory_cap"] and job.is_allocation_failure(error):
             cap = rec["memory_cap"]
             raise MemoryCapExceeded(
                 f"out of memory under --memory-cap {cfg.distributed.memory_cap}: "
@@ -273,4 +273,4 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    job.exit_process(main())

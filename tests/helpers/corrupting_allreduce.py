@@ -7,7 +7,7 @@ import sys
 
 import torch.distributed as dist
 
-from bench.rank import allreduce
+from bench.rank import allreduce, job
 
 CORRUPT_RANK, CORRUPT_INDEX = 1, 5
 
@@ -21,4 +21,4 @@ def corrupting_all_reduce(tensor):
 
 if __name__ == "__main__":
     cfg = allreduce.AllreduceConfig.from_args(sys.argv[1:])
-    sys.exit(allreduce.run(cfg, collective=corrupting_all_reduce))
+    job.exit_process(allreduce.run(cfg, collective=corrupting_all_reduce))
