@@ -92,3 +92,41 @@ def test_the_root_cause_is_not_the_node_that_only_lost_its_peer():
     oom = NodeOutcome(0, "node0", 1, [], ["bench train: FAILED (oom): out of memory"])
     assert root_cause([oom, killed], oom) is oom, "a node failing on its own stays the cause"
     assert root_cause([lost], lost) is lost, "with nobody else to blame, the first to fail"
+
+
+def test_on_one_node_the_rank_that_failed_on_its_own_is_the_cause():
+    """Two ranks on a node: rank 1 ran out of memory, rank 0 then lost it. Whichever line
+    came out last, the cause is rank 1's."""
+    oom = "bench train: FAILED (oom): RuntimeError: std::bad_alloc; rank 0 writes the record"
+    lost = ("bench train: FAILED (error): RuntimeError: [gloo/transport/tcp/pair.cc:561] "
+            "Connection closed by peer [127.0.0.1]:41234; record appended to /r/t.jsonl")
+    for lines in ([oom, lost, *TORCHRUN_BANNER], [lost, oom, *TORCHRUN_BANNER]):
+        assert failure_cause(lines) == ("oom", "RuntimeError: std::bad_alloc")
+    assert failure_cause([lost])[0] == "error", "with no other cause, the peer loss it is"
+
+
+def test_rank_0_that_only_lost_its_peer_does_not_set_the_rows_status():
+    node = NodeOutcome(0, "node0", 1, [], [
+        "bench train: FAILED (oom): RuntimeError: std::bad_alloc; rank 0 writes the record",
+        *TORCHRUN_BANNER])
+    outcome = JobOutcome([node], timed_out=False, seconds=3.0, culprit=node)
+    for said in ("RuntimeError: Connection closed by peer [127.0.0.1]:41234",
+                 "DistBackendError: Timed out waiting 300000ms for recv operation to complete"):
+        rec = describe_failure({"status": "timeout", "error": said}, outcome, 600)
+        assert rec["status"] == "oom", said
+        assert rec["error"] == f"node0 (node 0) exited 1: RuntimeError: std::bad_alloc; " \
+                               f"rank 0: {said}"
+
+
+@pytest.mark.parametrize("error, status", [
+    (RuntimeError("std::bad_alloc"), "oom"),
+    (MemoryError(), "oom"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate "
+                  "memory: you tried to allocate 4194304 bytes"), "oom"),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
+    (RuntimeError("Timed out waiting 300000ms for recv operation to complete"), "timeout"),
+    (RuntimeError("Connection closed by peer"), "error")])
+def test_a_rank_names_a_failed_allocation_however_it_surfaced(error, status):
+    from bench.rank import job
+
+    assert job.classify(error) == status

@@ -33,12 +33,25 @@ _ERRORISH = re.compile(r"Error|error:|Exception|timed out|Timeout|Killed|refused
                        r"No such|not found|denied", re.IGNORECASE)
 
 
+# What a rank prints when another rank or node died under it: a symptom, not the cause.
+PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash",
+             "Broken pipe", "communicator was aborted", "Connection refused",
+             "for recv operation to complete")
+
+
+def peer_lost(lines: list[str]) -> bool:
+    return any(marker in line for line in lines for marker in PEER_LOSS)
+
+
 def failure_cause(lines: list[str]) -> tuple[str | None, str]:
-    """(status the trainer reported or None, the most telling line) of a node's output."""
-    for line in reversed(lines):
-        match = _FAILED_LINE.search(line)
-        if match and match.group(1) in STATUSES:
-            return match.group(1), match.group(2).strip()
+    """(status the trainer reported or None, the most telling line) of a node's output.
+    Of the ranks on the node that said they failed, the first that failed on its own (an
+    OOM on rank 1) is the cause, not the rank that then lost it as a peer."""
+    verdicts = [(match.group(1), match.group(2).strip())
+                for match in map(_FAILED_LINE.search, lines)
+                if match and match.group(1) in STATUSES]
+    if verdicts:
+        return next((v for v in verdicts if not peer_lost([v[1]])), verdicts[-1])
     for line in reversed(lines):
         match = _USER_ERROR.search(line)
         if match:
@@ -113,7 +126,9 @@ def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     if trainer_said == NO_RECORD:
         trainer_said = None
     rec["error"] = f"{reason}; rank 0: {trainer_said}" if trainer_said else reason
-    if trainer_said is None:  # the culprit's own status (timeout, oom) is the row's
+    # The culprit's own status (timeout, oom) is the row's where rank 0 wrote nothing, or
+    # where all rank 0 could say was that it lost the culprit.
+    if trainer_said is None or (status and peer_lost([trainer_said]) and not peer_lost([cause])):
         rec["status"] = status or "error"
     rec["failed_node"] = {"rank": node.rank, "host": node.host,
                           "returncode": node.returncode, "last_lines": node.last_lines[-8:]}

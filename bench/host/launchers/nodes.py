@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import record
+from bench.host.failures import peer_lost
 from bench.host.outcome import JobOutcome, NodeOutcome
 
 TAIL_LINES = 20
@@ -168,14 +169,6 @@ def root_cause(failed: list[NodeOutcome], first: NodeOutcome) -> NodeOutcome:
         return first
     return next((n for n in failed if n is not first and not peer_lost(n.output)), first)
 
-
-# What a rank prints when another node died under it: a symptom, not the cause.
-PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash",
-             "Broken pipe", "communicator was aborted", "Connection refused")
-
-
-def peer_lost(lines: list[str]) -> bool:
-    return any(marker in line for line in lines for marker in PEER_LOSS)
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float,
