@@ -23,9 +23,11 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   it is most of it. On GPUs it is not charged.
 
 Not modelled: ranks drifting apart between the all-reduces they share (PowerSGD has three
-per bucket), and hosts slowing each other when they run the same memory-bound phase at
-once. On emulated hosts here both make PowerSGD about 15% faster in prediction than
-measured; plain all-reduce came within 6% (results/reference/emulated-cpu/).
+per bucket), a small all-reduce waiting longer for a rank whose CPU is busy than the idle
+sweep saw, and hosts slowing each other when they run the same memory-bound phase at once.
+On 2-4 emulated hosts every hook came within 0.94-1.05 of its prediction
+(results/reference/emulated-accuracy/); on an earlier, faster instance PowerSGD measured
+0.73-1.00 of it, the shortfall not explained yet (that directory's README).
 
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
