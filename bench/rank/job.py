@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -66,7 +67,7 @@ def one_line(error: BaseException) -> str:
 Measure = Callable[[distributed.DistContext, dict], None]
 
 
-def exit_process(code: int) -> None:
+def exit_process(code: int) -> NoReturn:
     """End a rank's process with ``code``. After a failure the record and the FAILED line
     are already out, but a peer may still be inside a collective with this rank: the
     process group's destructor at interpreter exit would wait for that peer (gloo: up to
@@ -103,10 +104,10 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
                    procs_per_node=procs_per_node(rec["env"]["ranks"]))
         measure(ctx, rec)
         rec["status"] = "ok"
-    except KeyboardInterrupt as interrupt:
+    except KeyboardInterrupt:
         rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
         _finish(prog, rec, results, ctx, ok_text)
-        raise SystemExit(130) from interrupt
+        exit_process(130)   # as any failed rank: at once, the group left as it is
     except Exception as failure:  # noqa: BLE001 - every failure becomes a record
         rec["status"], rec["error"] = classify(failure), one_line(failure)
         if "env" not in rec:
