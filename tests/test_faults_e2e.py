@@ -66,6 +66,12 @@ def test_a_stopped_rank_0_is_a_timeout_row_naming_the_cause(tmp_path):
     assert rec["status"] == "timeout", rec["error"]
     assert "=====" not in rec["error"]
     assert "node 1" in rec["error"] and "timed out" in rec["error"].lower(), rec["error"]
+    # torchrun ran the stopped rank in a session of its own: stopping the job reaches it.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    assert state in ("gone", "Z"), f"the stopped rank 0 (pid {pid}) outlived the job: {state}"
 
 
 def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, compose_variant,

@@ -82,3 +82,15 @@ def test_neighbours_are_background_and_restarting_and_the_job_nodes_are_not(tmp_
     assert neighbour[neighbour.index("--nnodes") + 1] == "1"
     assert neighbour[neighbour.index("--rdzv-id") + 1] == "job-n2"
     assert str((tmp_path / "neighbours.jsonl").resolve()) in " ".join(neighbour)
+
+
+def test_stopping_a_node_reaches_a_rank_in_its_own_session_that_ignores_sigterm(tmp_path):
+    """As torchrun starts each rank: in a session of its own, out of the node's process
+    group. A rank that is stopped and ignores SIGTERM must not outlive the job."""
+    pid_file = tmp_path / "rank.pid"
+    rank = f'trap "" TERM; echo $$ > {pid_file}; kill -STOP $$; exec sleep 300'
+    node = NodeCommand(0, "node0", ["sh", "-c", f"setsid sh -c '{rank}' & exec sleep 300"])
+    outcome = run_nodes([node], deadline_s=3)
+    assert outcome.timed_out
+    assert pid_file.exists(), "the rank never started"
+    assert not _alive(int(pid_file.read_text())), "the stopped rank outlived its node"

@@ -188,10 +188,17 @@ def _wait(procs: list[subprocess.Popen], deadline: float,
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
-    """SIGTERM each node's process group, then SIGKILL what is left after the grace."""
-    for proc in procs:
+    """SIGTERM each node's process group and every process it started, then SIGKILL what
+    is left after the grace. torchrun starts each rank in a session of its own, out of
+    reach of the node's group: a rank that does not act on SIGTERM (hung, or stopped, which
+    a continue lets act on it) would outlive a torchrun killed before its own escalation."""
+    trees = [_descendants(proc.pid) for proc in procs]
+    for proc, tree in zip(procs, trees, strict=True):
         if proc.poll() is None:
             _signal(proc, signal.SIGTERM)
+        for member in tree:
+            member.send(signal.SIGTERM)
+            member.send(signal.SIGCONT)
     end = time.monotonic() + grace_s
     for proc in procs:
         try:
@@ -199,6 +206,11 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
         except subprocess.TimeoutExpired:
             _signal(proc, signal.SIGKILL)
             proc.wait()
+    left = [m for tree in trees for m in tree]
+    while any(m.alive() for m in left) and time.monotonic() < end:
+        time.sleep(0.1)
+    for member in left:
+        member.send(signal.SIGKILL)
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:
@@ -206,3 +218,50 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Process:
+    """A process by pid and start time: a pid reused meanwhile is not signalled."""
+
+    pid: int
+    started: str
+
+    def alive(self) -> bool:
+        stat = _stat(self.pid)
+        return stat is not None and stat[19] == self.started and stat[0] != "Z"
+
+    def send(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, ppid, ... (field 22, the start time,
+    is index 19); None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def _descendants(root: int) -> list[_Process]:
+    """Every process below ``root`` now (children, theirs...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                children.setdefault(int(stat[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        stat = _stat(pid)
+        if stat is not None:
+            found.append(_Process(pid, stat[19]))
+        todo += children.get(pid, [])
+    return found
