@@ -189,3 +189,31 @@ def test_one_process_trains_bare_and_still_counts_what_a_job_would_send(tmp_path
     assert rec["grad_bytes_per_step"] == 4 * rec["param_count"]
     assert rec["bucket_timeline"]["steps"] == train.TRAFFIC_PROBE_STEPS
     assert rec["comm_share"] is None, "one process has no communication to expose"
+
+
+def test_ctrl_c_records_the_interruption_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    results = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "train", "--device", "cpu", "--model", "mlp",
+         "--mlp-width", "64", "--mlp-depth", "2", "--steps", "1000000", "--warmup-steps", "1",
+         "--log-every", "20", "--results", str(results)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:   # into the timed steps
+            if line.startswith("[bench] step"):
+                break
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    (rec,) = [json.loads(line) for line in results.read_text().splitlines()]
+    validate(rec)
+    assert (rec["status"], rec["error"]) == ("error", "interrupted (Ctrl-C)")
