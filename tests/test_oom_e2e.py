@@ -3,6 +3,7 @@
 FSDP (make bench-oom, the real make target)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import pytest
 
 from bench.config import TrainConfig
 from bench.host.failures import NO_RECORD, describe_failure, failure_cause
+from bench.host.launchers.nodes import _descendants
 from bench.host.outcome import JobOutcome, NodeOutcome
 from bench.options import ConfigError, on_head
 from conftest import REPO, free_port
@@ -86,14 +88,16 @@ def test_a_rank_that_fails_mid_collective_ends_the_job_with_its_own_cause(tmp_pa
             "--device", "cpu", "--model", "mlp", "--mlp-width", "512", "--mlp-depth", "8",
             "--bucket-cap-mb", "1", "--steps", "3", "--warmup-steps", "1",
             "--comm-probe-steps", "0", "--timeout", "300", "--results", str(results)]
-    # Its own session, so that a hung job's ranks are stopped with it, not left behind.
     job = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+                           stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = job.communicate(timeout=150)
     except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        stdout, stderr = job.communicate()
+        # torchrun and its ranks (each in a session of its own), so none is left behind.
+        for member in [*_descendants(job.pid), job]:
+            with contextlib.suppress(OSError):
+                os.kill(member.pid, signal.SIGKILL)
+        stdout, stderr = job.communicate(timeout=30)
         pytest.fail(f"the job outlived its failed rank (it waited for the collective "
                     f"timeout): {stderr[-2000:]}")
     proc = subprocess.CompletedProcess(argv, job.returncode, stdout, stderr)

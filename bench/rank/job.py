@@ -73,8 +73,11 @@ def exit_process(code: int) -> NoReturn:
     process group's destructor at interpreter exit would wait for that peer (gloo: up to
     its 300 s timeout), and torchrun, which stops the other ranks only once one has exited,
     would wait with it. So a failed rank leaves at once, without running destructors."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # the reader gone: nothing left to say to it
+            pass
     if code != 0:
         os._exit(code)
     sys.exit(code)
@@ -94,7 +97,8 @@ def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callabl
 def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measure: Measure,
         ok_text: Callable[[dict], str]) -> int:
     """Join the job, fill ``rec`` by ``measure`` and record it; the exit code (0 ok, 1
-    failed; Ctrl-C records and exits 130). ``ok_text``: the headline figure of a good run."""
+    failed; Ctrl-C records and returns 130). ``ok_text``: the headline figure of a good run.
+    A rank's entry point ends its process with ``exit_process``."""
     ctx = None
     try:
         ctx = distributed.init(dist_cfg)
@@ -107,7 +111,7 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
     except KeyboardInterrupt:
         rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
         _finish(prog, rec, results, ctx, ok_text)
-        exit_process(130)   # as any failed rank: at once, the group left as it is
+        return 130   # the entry point's exit_process leaves at once, as any failed rank
     except Exception as failure:  # noqa: BLE001 - every failure becomes a record
         rec["status"], rec["error"] = classify(failure), one_line(failure)
         if "env" not in rec:

@@ -114,7 +114,8 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
     try:
         for command in commands:
             env = {**os.environ, **(command.env or {})}
-            # Its own session: stopping a node reaches every process it started.
+            # Its own session, so that its process group is the node's (torchrun's ranks
+            # start sessions of their own; _stop reaches them as the node's descendants).
             proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", start_new_session=True)
@@ -170,7 +171,6 @@ def root_cause(failed: list[NodeOutcome], first: NodeOutcome) -> NodeOutcome:
     return next((n for n in failed if n is not first and not peer_lost(n.output)), first)
 
 
-
 def _wait(procs: list[subprocess.Popen], deadline: float,
           foreground: list[subprocess.Popen] | None = None) -> tuple[bool, int | None]:
     """Until the ``foreground`` ones (all, by default) have ended or any one failed:
@@ -192,7 +192,9 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
     is left after the grace. torchrun starts each rank in a session of its own, out of
     reach of the node's group: a rank that does not act on SIGTERM (hung, or stopped, which
     a continue lets act on it) would outlive a torchrun killed before its own escalation."""
-    trees = [_descendants(proc.pid) for proc in procs]
+    # Only below a node still running: a reaped node's pid may belong to another process
+    # by now, and its own children were handed to init when it ended.
+    trees = [_descendants(proc.pid) if proc.poll() is None else [] for proc in procs]
     for proc, tree in zip(procs, trees, strict=True):
         if proc.poll() is None:
             _signal(proc, signal.SIGTERM)
@@ -235,7 +237,7 @@ class _Process:
         if self.alive():
             try:
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
+            except OSError:   # gone meanwhile, or not ours to signal: the rest still are
                 pass
 
 
@@ -250,18 +252,17 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _descendants(root: int) -> list[_Process]:
-    """Every process below ``root`` now (children, theirs...), from /proc."""
-    children: dict[int, list[int]] = {}
+    """Every process below ``root`` now (children, theirs...), from one read of /proc:
+    each process's parent and start time come from the same read."""
+    children: dict[int, list[_Process]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = _stat(int(entry.name))
             if stat is not None:
-                children.setdefault(int(stat[1]), []).append(int(entry.name))
+                children.setdefault(int(stat[1]), []).append(_Process(int(entry.name), stat[19]))
     found, todo = [], list(children.get(root, []))
     while todo:
-        pid = todo.pop()
-        stat = _stat(pid)
-        if stat is not None:
-            found.append(_Process(pid, stat[19]))
-        todo += children.get(pid, [])
+        member = todo.pop()
+        found.append(member)
+        todo += children.get(member.pid, [])
     return found
