@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from bench.options import ConfigError
@@ -32,15 +33,16 @@ def child(parent: Path, name: str, setting: str) -> Path:
     return path
 
 
-def resolved_inside(path: Path, parent: Path, setting: str) -> Path:
-    """``path`` resolved (symbolic links followed), proven to lie strictly inside ``parent``
-    resolved; ConfigError otherwise. What a caller removes is what this returns, so the
-    check and the removal concern the same directory."""
+def remove_tree_inside(path: Path, parent: Path, setting: str) -> None:
+    """Remove the directory ``path``, once it is proven, resolved (symbolic links followed),
+    to lie strictly inside ``parent`` resolved; ConfigError otherwise, and nothing removed.
+    The proof and the removal are one function on one resolved path, so no caller can
+    remove what was not checked."""
     resolved, resolved_parent = path.resolve(), parent.resolve()
     if resolved == resolved_parent or not resolved.is_relative_to(resolved_parent):
         raise ConfigError(setting, path.name or str(path), f"{path} resolves to {resolved}, "
                           f"not inside {resolved_parent}: nothing was removed")
-    return resolved
+    shutil.rmtree(resolved)
 
 
 def check_writable_file(path: Path, setting: str) -> None:

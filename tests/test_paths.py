@@ -1,4 +1,4 @@
-"""bench.paths.resolved_inside, and the dataset export's removal that relies on it: a
+"""bench.paths.remove_tree_inside, and the dataset export's removal that relies on it: a
 directory is removed only once it is proven, resolved, to lie inside the export."""
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import pytest
 
 from bench.host.dataset import _remove
 from bench.options import ConfigError
-from bench.paths import resolved_inside
+from bench.paths import remove_tree_inside
 
 
-def test_a_directory_inside_its_parent_resolves_there(tmp_path):
+def test_a_directory_inside_its_parent_is_removed(tmp_path):
     (tmp_path / "export" / "a" / "b").mkdir(parents=True)
-    assert resolved_inside(tmp_path / "export" / "a" / "b", tmp_path / "export", "--name") \
-        == (tmp_path / "export" / "a" / "b").resolve()
+    remove_tree_inside(tmp_path / "export" / "a" / "b", tmp_path / "export", "--name")
+    assert not (tmp_path / "export" / "a" / "b").exists()
+    assert (tmp_path / "export" / "a").is_dir()
 
 
 @pytest.mark.parametrize("relative", ["export", "export/..", "outside", "export/a/../../outside"])
@@ -20,8 +21,9 @@ def test_the_parent_itself_and_anything_outside_it_are_refused(tmp_path, relativ
     (tmp_path / "export" / "a").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
     with pytest.raises(ConfigError) as error:
-        resolved_inside(tmp_path / relative, tmp_path / "export", "--name")
+        remove_tree_inside(tmp_path / relative, tmp_path / "export", "--name")
     assert "--name" in str(error.value) and "nothing was removed" in str(error.value)
+    assert (tmp_path / "export" / "a").is_dir() and (tmp_path / "outside").is_dir()
 
 
 def test_a_link_through_a_directory_that_leaves_the_parent_is_refused(tmp_path):
@@ -29,7 +31,8 @@ def test_a_link_through_a_directory_that_leaves_the_parent_is_refused(tmp_path):
     (tmp_path / "outside" / "data").mkdir(parents=True)
     (tmp_path / "export" / "via").symlink_to(tmp_path / "outside")
     with pytest.raises(ConfigError):
-        resolved_inside(tmp_path / "export" / "via" / "data", tmp_path / "export", "--name")
+        remove_tree_inside(tmp_path / "export" / "via" / "data", tmp_path / "export", "--name")
+    assert (tmp_path / "outside" / "data").is_dir()
 
 
 def test_remove_deletes_a_directory_inside_the_export_and_unlinks_a_link(tmp_path):

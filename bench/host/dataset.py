@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import manifest
 from bench.config import FASHION_MNIST_FILES, OneLineErrorParser, find_idx_file
 from bench.options import ConfigError, require_range
-from bench.paths import child, resolved_inside
+from bench.paths import child, remove_tree_inside
 
 DEFAULT_SOURCES = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
 DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
@@ -32,7 +32,7 @@ def _remove(path: Path, export: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
-        shutil.rmtree(resolved_inside(path, export, "--name"))
+        remove_tree_inside(path, export, "--name")
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
