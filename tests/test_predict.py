@@ -75,7 +75,9 @@ def test_link_from_an_allreduce_record():
                      {"size_bytes": 64_000_000, "time_s": 0.8, "cpu_time_s": 0.048,
                       "busbw_GBps": 0.12}]}
     link = Link.from_allreduce(rec)
-    assert link.latency_s == 0.002 and link.busbw_Bps == pytest.approx(0.12e9)
+    # The latency: the 1 KiB message's time less its own wire time (1.5 x 1024 B / busbw).
+    assert link.latency_s == pytest.approx(0.002 - 1.5 * 1024 / 0.12e9)
+    assert link.busbw_Bps == pytest.approx(0.12e9)
     assert link.rate_bps == 10**9 and link.efficiency == pytest.approx(0.96)
     assert link.cpu_latency_s == 0.001
     assert link.cpu_s_per_bus_byte == pytest.approx(0.048 / (1.5 * 64e6))
@@ -252,9 +254,23 @@ def test_cli_moves_a_measured_link_to_the_planned_rate(tmp_path):
 def test_the_median_repeat_stands_for_the_setup():
     from bench.analysis.predict import single_node_runs
 
-    repeats = [_record(1, "none", 1.0, rate) for rate in (90.0, 60.0, 80.0, 85.0)]
+    repeats = [_repeat(step) for step in (0.16, 0.20, 0.17, 0.18)]
     (chosen,) = single_node_runs(repeats).values()
-    assert chosen["samples_per_s"] == 80.0      # the lower middle of 60, 80, 85, 90
+    # The lower middle in samples/s: the slower of the middle steps 0.17 and 0.18.
+    assert chosen["bucket_timeline"]["step_s"] == 0.18
+
+
+def test_the_median_repeat_is_ranked_by_the_step_the_prediction_starts_from():
+    """A one-process run trains without DDP: its samples/s leaves the comm hook's work out.
+    The repeat the point starts from is the median by its timeline's step, which holds it."""
+    from bench.analysis.predict import single_node_runs
+
+    # The median by samples/s (390) had the slowest hook; the median step is 0.070 s.
+    repeats = [_record(1, "powersgd", 1e5, rate) for rate in (400.0, 390.0, 380.0)]
+    for rec, step in zip(repeats, (0.060, 0.090, 0.070), strict=True):
+        rec["bucket_timeline"]["step_s"] = step
+    (chosen,) = single_node_runs(repeats).values()
+    assert (chosen["bucket_timeline"]["step_s"], chosen["samples_per_s"]) == (0.070, 380.0)
 
 
 @pytest.mark.parametrize("stamped_by", [None, "host_clock", "cuda_events"])
@@ -367,14 +383,16 @@ def test_the_band_spans_the_link_sweeps():
 
     links = LinkRange.of_sweeps(_two_sweeps())
     assert links.point.busbw_Bps == pytest.approx(0.1e9) and links.sweeps == 2
-    assert (links.slow.busbw_Bps, links.slow.latency_s) == pytest.approx((0.1e9, 0.003))
-    assert (links.fast.busbw_Bps, links.fast.latency_s) == pytest.approx((0.125e9, 0.001))
+    assert (links.slow.busbw_Bps, links.slow.latency_s) == \
+        pytest.approx((0.1e9, 0.003 - 1024 / 0.1e9))
+    assert (links.fast.busbw_Bps, links.fast.latency_s) == \
+        pytest.approx((0.125e9, 0.001 - 1024 / 0.125e9))
     (row,) = predictions(single_node_repeats([_repeat(0.15)]), links, [2], {})
     # 125 MB: 0.1 s + 1.25 s + 0.05 s on B (the point, the slow end: its 3 ms latency is
     # inside the sweep's own time for 64 MB, not added to it); the fast end takes A's 1 ms
     # latency and 1 Gbit/s on B's shape: 0.1 + 1.0002 + 0.05.
     assert (row.step_s.point, row.step_s.low, row.step_s.high) == \
-        pytest.approx((1.400, 1.1502, 1.400))
+        pytest.approx((1.400, 1.1502, 1.400), abs=1e-5)   # to within 1 KiB's wire time
     # A planned upgrade moves both ends, each keeping its own efficiency (80%, 100%).
     upgrade = links.at_rate(5 * 10**9)
     assert (upgrade.slow.busbw_Bps, upgrade.fast.busbw_Bps) == pytest.approx((0.5e9, 0.625e9))
@@ -410,6 +428,34 @@ def test_cli_says_where_the_band_comes_from(tmp_path):
         "link)" in proc.stdout
 
 
+def test_the_latency_is_the_mean_of_every_latency_bound_message():
+    """Small messages all measure the per-call latency, each as a noisy mean over a few
+    calls: the latency is their mean, and each reads as it plus its own wire time."""
+    mib, busbw = 2**20, 32 * 2**20 / 0.28
+    small = [(1024, 0.004, 0.0010), (2048, 0.002, 0.0006), (4096, 0.006, 0.0014),
+             (8192, 0.004, 0.0010)]
+    sweep = _sweep([{"size_bytes": size, "time_s": seconds, "cpu_time_s": cpu,
+                     "busbw_GBps": size / seconds / 1e9} for size, seconds, cpu in small]
+                   + [{"size_bytes": 16 * mib, "time_s": 0.150, "cpu_time_s": 0.01,
+                       "busbw_GBps": 16 * mib / 0.15e9},
+                      {"size_bytes": 32 * mib, "time_s": 0.280, "cpu_time_s": 0.02,
+                       "busbw_GBps": busbw / 1e9}])
+    link = Link.from_allreduce(sweep)     # 2 ranks: bus factor 1
+    latency = sum(seconds - size / busbw for size, seconds, _ in small) / 4
+    assert link.latency_s == pytest.approx(latency) and latency == pytest.approx(0.004, rel=0.02)
+    assert link.cpu_latency_s == pytest.approx(0.00100)
+    # 4 KiB measured 6 ms, 2 KiB 2 ms: each is the latency plus its wire time now.
+    for size in (2048, 4096):
+        assert link.allreduce_s(size, 2) == pytest.approx(latency + size / busbw)
+    # The first size whose wire time is a tenth of its time or more keeps its own.
+    assert link.allreduce_s(16 * mib, 2) == pytest.approx(0.150)
+    # A sweep whose smallest message is not latency-bound: the latency is that message's
+    # time less its wire time.
+    big = _sweep([{"size_bytes": 16 * mib, "time_s": 0.150, "busbw_GBps": 16 * mib / 0.15e9},
+                  {"size_bytes": 32 * mib, "time_s": 0.280, "busbw_GBps": busbw / 1e9}])
+    assert Link.from_allreduce(big).latency_s == pytest.approx(0.150 - 16 * mib / busbw)
+
+
 def test_the_link_gives_back_every_time_its_sweep_measured():
     mib = 2**20
     sweep = _sweep([{"size_bytes": 1024, "time_s": 0.003, "busbw_GBps": 0.0003},
@@ -422,9 +468,12 @@ def test_the_link_gives_back_every_time_its_sweep_measured():
                           (512, 0.003)):                    # below the smallest: latency
         assert link.allreduce_s(size, 2) == pytest.approx(seconds), size
     # More nodes: the ring sends 1.5x the bytes at 4 ranks; the latency stays.
-    assert link.allreduce_s(16 * mib, 4) == pytest.approx(0.003 + 1.5 * 0.147)
+    latency = link.latency_s
+    assert latency == pytest.approx(0.003 - 1024 / (32 * mib / 0.28))
+    assert link.allreduce_s(16 * mib, 4) == pytest.approx(latency + 1.5 * (0.150 - latency))
     # A link twice as fast halves the time beyond the latency at every size.
-    assert link.faster(2).allreduce_s(16 * mib, 2) == pytest.approx(0.003 + 0.147 / 2)
+    assert link.faster(2).allreduce_s(16 * mib, 2) == \
+        pytest.approx(latency + (0.150 - latency) / 2)
     # A nominal link has no sweep: latency + bytes / rate.
     assert Link.nominal(10**9).allreduce_s(125e6, 2) == pytest.approx(1.0)
 

@@ -41,7 +41,7 @@ its rate), latency and CPU cost; that is a lab's planned upgrade predicted from 
 has.
 
 Each predicted step time and samples/s carries a band, ``point [low-high]``: the point is
-the median 1-node repeat (by samples/s) on the link as given; the band is the least and
+the median 1-node repeat (by its timeline's step) on the link as given; the band is the least and
 most of the predictions from every ok 1-node repeat of the setup, each on the slowest and
 the fastest of the link's sweeps (the ok all-reduce records in the --link-from file taken
 on the same link rate, backend and ranks as the latest: the lowest busbw with the highest
@@ -110,14 +110,14 @@ def setup_key(rec: dict) -> tuple:
 
 
 def single_node_repeats(records: list[dict]) -> dict[tuple, list[dict]]:
-    """Per setup, all its ok single-node training records with a bucket timeline, slowest
-    first: the median is the point estimate, and every one is predicted from for the
-    band (how far the repeats' own noise carries into the prediction)."""
+    """Per setup, all its ok single-node training records with a bucket timeline, the
+    slowest step first: the median is the point estimate, and every one is predicted from
+    for the band (how far the repeats' own noise carries into the prediction)."""
     repeats: dict[tuple, list[dict]] = {}
     for rec in record.training(records):
         if rec.get("status") == "ok" and rec.get("nnodes") == 1 and _predictable(rec):
             repeats.setdefault(setup_key(rec), []).append(rec)
-    return {key: sorted(recs, key=lambda r: r["samples_per_s"])
+    return {key: sorted(recs, key=_timeline_step_s, reverse=True)
             for key, recs in repeats.items()}
 
 
@@ -127,10 +127,21 @@ def single_node_runs(records: list[dict]) -> dict[tuple, dict]:
 
 
 def median_repeat(repeats: list[dict]) -> dict:
-    """The median repeat by samples/s (the lower middle of an even count, a real record
-    rather than an average of two): one noisy repeat should not move the prediction."""
-    ordered = sorted(repeats, key=lambda r: r["samples_per_s"])
+    """The median repeat by its bucket timeline's step (the lower middle of an even count
+    in samples/s, a real record rather than an average of two): one noisy repeat should not
+    move the prediction.
+
+    Ranked by the step the prediction starts from, not by the run's samples/s: a one-process
+    run trains without DDP, so its samples/s leaves the comm hook's work out, and PowerSGD's
+    work (one repeat's 22 ms, another's 43 ms in the same cell of the reference run) would
+    be picked at random by a figure that does not contain it.
+    """
+    ordered = sorted(repeats, key=_timeline_step_s, reverse=True)
     return ordered[(len(ordered) - 1) // 2]
+
+
+def _timeline_step_s(rec: dict) -> float:
+    return rec["bucket_timeline"]["step_s"]
 
 
 def host_stamped_gpu_timeline(rec: dict) -> bool:
@@ -399,13 +410,14 @@ def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
     rates = [r["samples_per_s"] for r in recs]
     which = (f"the median of {len(recs)} ok repeats, which span "
              f"{min(rates):.1f}-{max(rates):.1f}" if len(recs) > 1 else "one ok repeat")
-    # Two figures, which can differ: the run's own samples/s (the mean over its timed
+    # Two figures, which can differ: the runs' own samples/s (the mean over their timed
     # steps; one process trains without DDP), and the step the prediction starts from
-    # (the median step of its bucket timeline, under DDP, with the comm hook's work).
+    # (the median step of the median repeat's bucket timeline, under DDP, with the comm
+    # hook's work).
     return [f"## {model} {size}px, batch {batch}/device x {procs} per node, "
             f"grad-accum {accum}, {precision}, comm-hook {hook}",
-            f"measured on 1 node: {rec['samples_per_s']:.1f} samples/s ({which}); the "
-            f"prediction starts from its bucket timeline: median step "
+            f"measured on 1 node: {statistics.median(rates):.1f} samples/s ({which}); the "
+            f"prediction starts from the median repeat's bucket timeline: median step "
             f"{timeline.step_s * 1e3:.1f} ms ({rec['global_batch_size'] / timeline.step_s:.1f}"
             f" samples/s), {sum(timeline.sent_bytes) / 1e6:.2f} MB sent per step"]
 
