@@ -7,7 +7,9 @@
 Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
 in each element type the hooks send),
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
-the records: measured / predicted per hook and node count, written to accuracy.md.
+the records: measured / predicted per hook and node count, written to accuracy.md. Both
+matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's
+drift over the run reaches the one-node and the N-node cells alike.
 
 The workload is communication-bound on purpose: the deep & wide MLP at a small batch
 sends its 16 MB of gradients every step, so the link, not the CPUs, sets the step. The
@@ -42,7 +44,11 @@ def _run(argv: list[str]) -> None:
 
 
 def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> None:
-    bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link]
+    # Interleaved: the machine's speed drifts over minutes (a shared VM), and the one-node
+    # cells the prediction starts from must see the same drift as the N-node cells they
+    # are compared with, not only the first minutes of the run.
+    bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link,
+             "--interleave"]
     many = ",".join(f"{n}x1" for n in nodes)
     # The link in each element type the hooks send: gloo's CPU cost per byte differs.
     for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(",")):

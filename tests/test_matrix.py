@@ -236,3 +236,19 @@ def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_im
     validate(rec)
     assert rec["status"] in ("error", "timeout") and rec["failed_node"]["host"] == "node1"
     assert bench_containers() == [], "every node's containers are gone"
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_interleave_runs_repeat_one_of_every_cell_first(interleave, tmp_path):
+    """--interleave: repeat 1 of every cell, then repeat 2, so that drift over the run
+    reaches every cell alike; without it each cell's repeats run back to back."""
+    argv = [sys.executable, "-m", "bench", "matrix", "--dry-run", "--topologies", "1x1,1x2",
+            "--batch-sizes", "8", "--repeats", "2", "--results", str(tmp_path / "r.jsonl"),
+            *(["--interleave"] if interleave else []), "--", "--device", "cpu", "--steps", "2"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    order = [(line.split()[3], line.split("repeat ")[1][:3])
+             for line in proc.stdout.splitlines() if line.startswith("### job: cell")]
+    expected = [("1", "1/2"), ("2", "1/2"), ("1", "2/2"), ("2", "2/2")] if interleave else \
+        [("1", "1/2"), ("1", "2/2"), ("2", "1/2"), ("2", "2/2")]
+    assert order == expected

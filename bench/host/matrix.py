@@ -122,6 +122,8 @@ class MatrixConfig:
     launcher_options: object          # the launcher's own options section
     workload: str = "train"
     link_bps: int | None = None       # recorded with each row (netns)
+    # Repeat 1 of every cell, then repeat 2...: instead of each cell's repeats back to back.
+    interleave: bool = False
     verbose: bool = False
     dry_run: bool = False
 
@@ -186,6 +188,11 @@ class MatrixConfig:
         p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
         p.add_argument("--resume", action="store_true",
                        help="skip repeats that already have an ok record")
+        p.add_argument("--interleave", action="store_true",
+                       help="run repeat 1 of every cell, then repeat 2 and so on (default: "
+                       "each cell's repeats back to back); on a machine whose speed drifts "
+                       "over minutes (a shared VM), cells compared with each other then see "
+                       "the same drift instead of the ones measured last seeing the most")
         p.add_argument("--deadline", type=finite_float, default=1800.0,
                        help="seconds a job may run before every node is stopped")
         p.add_argument("--rdzv-timeout", type=int, default=120,
@@ -317,7 +324,8 @@ class MatrixConfig:
                    deadline_s=a.deadline, rdzv_timeout=a.rdzv_timeout,
                    trainer_args=trainer_args, master_port=a.master_port,
                    launcher=a.launcher, launcher_options=options, workload=a.workload,
-                   link_bps=link_bps, verbose=a.verbose, dry_run=a.dry_run)
+                   link_bps=link_bps, interleave=a.interleave, verbose=a.verbose,
+                   dry_run=a.dry_run)
 
 
 def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
@@ -408,12 +416,19 @@ def render(cfg: MatrixConfig, launcher: Launcher) -> str:
     """Every job of the matrix as its launcher would start it (``--dry-run``)."""
     matrix_id = record.new_run_id()
     parts = []
-    for index, cell in enumerate(cfg.cells, 1):
-        for repeat in range(1, cfg.repeats + 1):
-            job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", index)
-            parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
-                         f"({launcher.name})\n{launcher.render(job)}")
+    jobs = [(index, cell, repeat) for index, cell in enumerate(cfg.cells, 1)
+            for repeat in range(1, cfg.repeats + 1)]
+    for index, cell, repeat in in_order(cfg, jobs):
+        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", index)
+        parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
+                     f"({launcher.name})\n{launcher.render(job)}")
     return "\n\n".join(parts)
+
+
+def in_order(cfg: MatrixConfig, jobs: list[tuple]) -> list[tuple]:
+    """Jobs (cell number, cell, repeat, ...) in the order they run: each cell's repeats back
+    to back, or with --interleave repeat 1 of every cell first, then repeat 2..."""
+    return sorted(jobs, key=lambda job: (job[2], job[0])) if cfg.interleave else jobs
 
 
 def run(cfg: MatrixConfig, launcher: Launcher) -> int:
@@ -429,6 +444,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                       "already recorded, skipped (--resume)", file=sys.stderr)
                 continue
             jobs.append((index, cell, repeat, train_cfg))
+    jobs = in_order(cfg, jobs)
     failures, durations = [], []
     for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
