@@ -256,8 +256,35 @@ def test_the_median_repeat_stands_for_the_setup():
 
     repeats = [_repeat(step) for step in (0.16, 0.20, 0.17, 0.18)]
     (chosen,) = single_node_runs(repeats).values()
-    # The lower middle in samples/s: the slower of the middle steps 0.17 and 0.18.
-    assert chosen["bucket_timeline"]["step_s"] == 0.18
+    # The record is the lower middle in samples/s (the slower of the middle steps 0.17 and
+    # 0.18); its step is the median of the four.
+    assert chosen["samples_per_s"] == pytest.approx(16 / 0.18)
+    assert chosen["bucket_timeline"]["step_s"] == pytest.approx(0.175)
+
+
+def test_each_time_of_the_point_timeline_is_its_median_over_the_repeats():
+    """Backward and the hook's work vary apart: the point takes each time's median, so one
+    repeat's slow hook or slow backward does not come along with its step."""
+    from bench.analysis.predict import single_node_runs
+
+    # (ready, issued = done, step): hooks of 30, 80 and 50 ms; the middle step (0.19 s)
+    # has the slowest hook.
+    parts = [(0.10, 0.13, 0.16), (0.11, 0.19, 0.19), (0.12, 0.17, 0.21)]
+    repeats = []
+    for ready, issued, step in parts:
+        rec = _repeat(step, sent=1e5, hook="powersgd")
+        rec["bucket_timeline"].update(ready_s=[ready], issued_s=[issued], done_s=[issued])
+        repeats.append(rec)
+    (chosen,) = single_node_runs(repeats).values()
+    timeline = chosen["bucket_timeline"]
+    assert (*timeline["ready_s"], *timeline["issued_s"], *timeline["done_s"],
+            timeline["step_s"]) == pytest.approx((0.11, 0.17, 0.17, 0.19))
+    assert Timeline.of(chosen).hook_s == (0.0,) and Timeline.of(chosen).issued_s == (0.17,)
+    # Repeats whose buckets differ in number keep the middle repeat's own times.
+    repeats[0]["bucket_timeline"].update(ready_s=[0.05, 0.10], issued_s=[0.06, 0.13],
+                                         done_s=[0.06, 0.13], sent_bytes=[5e4, 5e4])
+    timeline = next(iter(single_node_runs(repeats).values()))["bucket_timeline"]
+    assert (timeline["ready_s"], timeline["issued_s"]) == ([0.11], [0.19])
 
 
 def test_the_median_repeat_is_ranked_by_the_step_the_prediction_starts_from():
