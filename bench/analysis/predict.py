@@ -25,27 +25,30 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
 Not modelled: ranks drifting apart between the all-reduces they share (PowerSGD has three
 per bucket), a small all-reduce waiting longer for a rank whose CPU is busy than the idle
 sweep saw, and hosts slowing each other when they run the same memory-bound phase at once.
-On 2-4 emulated hosts every hook came within 0.94-1.05 of its prediction
-(results/reference/emulated-accuracy/); on an earlier, faster instance PowerSGD measured
-0.73-1.00 of it, the shortfall not explained yet (that directory's README).
+On 2-4 emulated hosts every hook came within 0.97-1.04 of its prediction
+(results/reference/emulated-accuracy/, 24 of 24 rows); on an earlier, faster instance
+PowerSGD at 1 Gbit/s and 3 nodes measured 0.83 of it, not explained yet (that
+directory's README).
 
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
 ratio measured / predicted.
 
 The link is a nominal rate (``--link 5gbit``: B is the rate, a is ``--latency``, no CPU
-cost), an all-reduce record measured on it (``--link-from``: a and a_cpu are the smallest
-message's time and CPU time, B the busbw and b_cpu the CPU time per byte at the largest),
-or both: the measured link moved to the nominal rate, keeping its efficiency (busbw against
-its rate), latency and CPU cost; that is a lab's planned upgrade predicted from the link it
-has.
+cost), an all-reduce record measured on it (``--link-from``: a and a_cpu are the mean time
+less wire time, and the mean CPU time, of its latency-bound messages, those whose wire
+time is under a tenth of their time; B the busbw and b_cpu the CPU time per byte at the
+largest), or both: the measured link moved to the nominal rate, keeping its efficiency
+(busbw against its rate), latency and CPU cost; that is a lab's planned upgrade predicted
+from the link it has.
 
 Each predicted step time and samples/s carries a band, ``point [low-high]``: the point is
-the median 1-node repeat (by its timeline's step) on the link as given; the band is the least and
-most of the predictions from every ok 1-node repeat of the setup, each on the slowest and
-the fastest of the link's sweeps (the ok all-reduce records in the --link-from file taken
-on the same link rate, backend and ranks as the latest: the lowest busbw with the highest
-latency and CPU costs, and the other way round). A sweep records one mean time per size,
+the median 1-node step (each time of its bucket timeline the median over the repeats) on
+the link as given; the band is the least and most of the predictions from every ok
+1-node repeat of the setup, each on the slowest and the fastest of the link's sweeps (the
+ok all-reduce records in the --link-from file taken on the same link rate, backend and
+ranks as the latest: the lowest busbw with the highest latency and CPU costs, and the
+other way round). A sweep records one mean time per size,
 no spread, so one sweep (or a nominal link) adds no width and the band is the repeats'
 alone; the report says which, in one line per setup. The band is how far the measured
 noise carries, not the model's own error (see "Not modelled"). Where a measured median stands
@@ -134,7 +137,7 @@ def median_repeat(repeats: list[dict]) -> dict:
 
     Each time on its own, because the parts of a step vary apart: in the interleaved
     reference run the 16 one-node PowerSGD repeats of one cell did the hook's work in
-    24-46 ms while their backward varied by a tenth, so any one repeat, even the median by
+    24-46 ms while their backward took 28-33 ms, so any one repeat, even the median by
     its whole step, brings its own mix (the one at the median step had a 43 ms hook). Every
     order that holds in each repeat (buckets in turn, issued after ready, the step after
     the last bucket) holds between the medians, so the result is a timeline like any.
