@@ -48,11 +48,11 @@ the link as given; the band is the least and most of the predictions from every 
 1-node repeat of the setup, each on the slowest and the fastest of the link's sweeps (the
 ok all-reduce records in the --link-from file taken on the same link rate, backend and
 ranks as the latest: the lowest busbw with the highest latency and CPU costs, and the
-other way round). A sweep records one mean time per size,
-no spread, so one sweep (or a nominal link) adds no width and the band is the repeats'
-alone; the report says which, in one line per setup. The band is how far the measured
-noise carries, not the model's own error (see "Not modelled"). Where a measured median stands
-beside the prediction, the table says whether it falls within the band. ``predictions()``
+other way round). A sweep records one mean time per size, no spread, so one sweep (or a
+nominal link) adds no width and the band is the repeats' alone; the report says which, in
+one line per setup. The band is how far the measured noise carries, not the model's own
+error (see "Not modelled"). Where a measured median stands beside the prediction, the
+table says whether it falls within the band. ``predictions()``
 returns the same figures as data (point, low, high, measured median, ratio, within) for
 scripts such as a reference table; ``report()`` is text built from it.
 
