@@ -23,6 +23,7 @@ def test_the_parent_itself_and_anything_outside_it_are_refused(tmp_path, relativ
     with pytest.raises(ConfigError) as error:
         remove_tree_inside(tmp_path / relative, tmp_path / "export", "--name")
     assert "--name" in str(error.value) and "nothing was removed" in str(error.value)
+    assert ("itself, not to a directory inside it" in str(error.value)) == (relative == "export")
     assert (tmp_path / "export" / "a").is_dir() and (tmp_path / "outside").is_dir()
 
 
