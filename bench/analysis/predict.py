@@ -137,10 +137,11 @@ def median_repeat(repeats: list[dict]) -> dict:
 
     Each time on its own, because the parts of a step vary apart: in the interleaved
     reference run the 16 one-node PowerSGD repeats of one cell did the hook's work in
-    24-46 ms while their backward took 28-33 ms, so any one repeat, even the median by
-    its whole step, brings its own mix (the one at the median step had a 43 ms hook). Every
-    order that holds in each repeat (buckets in turn, issued after ready, the step after
-    the last bucket) holds between the medians, so the result is a timeline like any.
+    24-46 ms while their backward took 28-33 ms, so any one repeat brings its own mix (the
+    one at the median samples/s, the point before, had a 42.6 ms hook against a median of
+    37.7 ms). Every order that holds in each repeat (buckets in turn, issued after ready,
+    the step after the last bucket) holds between the medians, so the result is a timeline
+    like any.
     Ranked by the step the prediction starts from, not by the run's samples/s: a one-process
     run trains without DDP, so its samples/s leaves the comm hook's work out.
     """
