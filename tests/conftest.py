@@ -13,12 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from bench import record
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_ENV = REPO / "compose" / ".env.example"
 IN_CI = os.environ.get("CI") == "true"
+# Property tests (Hypothesis): seeded (derandomize: the same examples on every run, so a
+# failure on CI reproduces here), at least 500 examples each, no per-example deadline (the
+# 2-CPU machines are shared with Docker), and no example database written into the tree.
+settings.register_profile("bench", max_examples=500, derandomize=True, deadline=None,
+                          database=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("bench")
 FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
                             "/usr/share/datasets/fashion-mnist"]
 
