@@ -185,8 +185,14 @@ def test_a_fifo_or_a_directory_at_the_path_is_refused_without_blocking(tmp_path)
 # --- bench matrix --results ------------------------------------------------------------------
 
 def dry_run(results, capsys) -> tuple[int, str]:
-    code = matrix.main(["--dry-run", "--results", str(results), "--topologies", "1x1"])
+    code = matrix.main(["--dry-run", "--results", str(results), "--topologies", "1x1",
+                        "--", "--steps", "1"])
     return code, capsys.readouterr().err.strip()
+
+
+def test_matrix_takes_a_jsonl_results_file_beside_its_own_report(results, capsys):
+    report.write(results)
+    assert dry_run(results, capsys)[0] == 0
 
 
 @pytest.mark.parametrize("name", ["runs.md", "runs.html", "runs", "runs.json"])
