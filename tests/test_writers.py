@@ -11,6 +11,8 @@ import os
 import re
 import stat
 import unicodedata
+from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -266,6 +268,7 @@ SHOWN = {
     "cpu_model": ("env", "cpu_model"),
     "torch": ("env", "torch"),
     "cuda": ("env", "cuda"),
+    "nccl": ("env", "nccl"),
     "image": ("env", "image_digest"),
     "git": ("env", "git_commit"),
     "link": ("env", "link", "rate"),
@@ -353,6 +356,24 @@ def test_report_markdown_keeps_its_structure_whatever_the_records_hold(records, 
     page = PARSER.render(text)
     assert page.count("<img") == 1 and "<a " not in page, "one image, the chart's; no link"
     assert page.count("<h1>") == 1 and page.count("<li>") == benign.count("\n- ")
+
+
+class _Tags(HTMLParser):
+    def __init__(self, page: str):
+        super().__init__()
+        self.tags: Counter = Counter()
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] += 1
+
+
+@given(RECORDS, HOSTILE)
+def test_the_html_page_keeps_its_elements_whatever_the_records_hold(records, name):
+    charts = [(Path("/r/x-a-metric.png"), b"\x89PNG")]
+    page = report.to_html(Path("/r") / f"{name}.jsonl", records, f"p{name}", charts)
+    benign = report.to_html(Path("/r/x.jsonl"), BENIGN, "x", charts)
+    assert _Tags(page).tags == _Tags(benign).tags, "no element from a record"
 
 
 def shown_text(value: str) -> str:
