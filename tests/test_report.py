@@ -70,7 +70,8 @@ def test_the_page_renders_in_a_real_browser(tmp_path):
     probe = ("<script>window.addEventListener('load', () => { document.title = 'tables=' + "
              "document.querySelectorAll('table').length + ' rows=' + "
              "document.querySelectorAll('tr').length + ' images=' + "
-             "[...document.images].map(i => i.naturalWidth).join(','); });</script>")
+             "[...document.images].map(i => i.naturalWidth).join(',') + ' mode=' + "
+             "document.compatMode; });</script>")
     probed = tmp_path / "probed.html"
     probed.write_text(page.read_text().replace("</body>", probe + "</body>"))
     out = subprocess.run(
@@ -83,6 +84,7 @@ def test_the_page_renders_in_a_real_browser(tmp_path):
     title = out.stdout.split("<title>")[1].split("</title>")[0]
     counts = dict(part.split("=") for part in title.split())
     assert counts["tables"] == "4" and int(counts["rows"]) > 10
+    assert counts["mode"] == "CSS1Compat", "bench's mark before the doctype: standards mode"
     widths = [int(w) for w in counts["images"].split(",")]
     assert len(widths) == len(list(tmp_path.glob("runs-*.png"))) and min(widths) > 100
     assert record.load(results)   # the results file itself is untouched and valid

@@ -6,10 +6,14 @@
   batch size (100% is linear scaling);
 - ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology.
 
-`bench table` links the plots it finds beside a results file.
+`bench table` links the plots it finds beside a results file. Each PNG carries the stack's
+mark (a text chunk): an existing chart is replaced, atomically, only when bench made it; a
+symbolic link, the results file or a file bench did not make at a chart's path is refused
+before any chart is written.
 """
 from __future__ import annotations
 
+import io
 import re
 import statistics
 import sys
@@ -19,6 +23,7 @@ from bench import record
 from bench.analysis.table import FIELDS, device_of, metric_of, setup_label
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, write_output
 from bench.topology import Topology
 
 WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
@@ -45,7 +50,27 @@ def _cells(records: list[dict]) -> dict[tuple, dict[tuple[int, Topology], list[f
 def plot(results: Path, out_dir: Path | None = None,
          records: list[dict] | None = None) -> list[Path]:
     """The charts of ``records`` (default: the valid ones of ``results``), named after
-    ``results`` and saved in ``out_dir`` (default: beside it)."""
+    ``results`` and saved in ``out_dir`` (default: beside it). Every path is checked
+    before the first is written (``save``)."""
+    return save(charts(results, out_dir, records), inputs=(results,), fix=FIX)
+
+
+# How to choose other chart paths: they are named after the results, in --out-dir.
+FIX = "give --out-dir another directory"
+
+
+def save(made: list[tuple[Path, bytes]], inputs: tuple[Path, ...], fix: str) -> list[Path]:
+    """Write each (path, PNG) through ``paths.write_output``, once every path is known to
+    be writable: a refused path leaves no chart of the set written."""
+    for path, _ in made:
+        check_output(path, "output", inputs, fix)
+    return [write_output(path, png, setting="output", inputs=inputs, fix=fix)
+            for path, png in made]
+
+
+def charts(results: Path, out_dir: Path | None = None,
+           records: list[dict] | None = None) -> list[tuple[Path, bytes]]:
+    """(path, PNG bytes) of each chart of ``records``, nothing written: see ``plot``."""
     records = record.load(results) if records is None else records
     import matplotlib
 
@@ -80,7 +105,7 @@ def plot(results: Path, out_dir: Path | None = None,
         ax.set_xticks(batches, [str(b) for b in batches])
         ax.grid(alpha=0.3)
         ax.legend()
-        made.append(_save(fig, f"{stem}-metric.png"))
+        made.append((Path(f"{stem}-metric.png"), _png(fig)))
 
         # Scaling inside one node and across nodes are separate lines from the same 1x1
         # start: joining 1x2 to 2x1 (both 2 devices) would draw a meaningless segment.
@@ -116,7 +141,7 @@ def plot(results: Path, out_dir: Path | None = None,
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # no line without a 1x1 run and another
             ax.legend()
-        made.append(_save(fig, f"{stem}-efficiency.png"))
+        made.append((Path(f"{stem}-efficiency.png"), _png(fig)))
 
         fig, ax = plt.subplots(figsize=(1.6 * len(topologies) + 3, 0.7 * len(batches) + 2))
         grid = [[median.get((b, t), float("nan")) for t in topologies] for b in batches]
@@ -133,7 +158,7 @@ def plot(results: Path, out_dir: Path | None = None,
                     ax.text(j, i, f"{value:.3g}", ha="center", va="center", fontsize=9,
                             color="black" if bright else "white")
         fig.colorbar(image, ax=ax, label=name)
-        made.append(_save(fig, f"{stem}-heatmap.png"))
+        made.append((Path(f"{stem}-heatmap.png"), _png(fig)))
     sweeps = [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
               and r.get("sizes")]
     if sweeps:
@@ -141,7 +166,7 @@ def plot(results: Path, out_dir: Path | None = None,
     return made
 
 
-def plot_busbw(sweeps: list[dict], path: Path) -> Path:
+def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:
     """busbw against message size, one line per sweep, with each emulated link's rate."""
     import matplotlib.pyplot as plt
 
@@ -162,16 +187,19 @@ def plot_busbw(sweeps: list[dict], path: Path) -> Path:
     ax.set_ylabel("busbw (Gbit/s)")
     ax.set_title("all-reduce bus bandwidth (dotted: link rate)")
     ax.legend(fontsize=8)
-    return _save(fig, str(path))
+    return path, _png(fig)
 
 
-def _save(fig, path: str) -> Path:
+def _png(fig) -> bytes:
+    """The figure as PNG bytes with the stack's mark (a text chunk), so that the next run
+    may replace the file written from them; the figure is closed."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=110, metadata={PNG_MARK_KEY: OWNED_MARK})
     plt.close(fig)
-    return Path(path)
+    return out.getvalue()
 
 
 def main(argv: list[str] | None = None, prog: str = "bench plot") -> int:
@@ -185,10 +213,12 @@ def main(argv: list[str] | None = None, prog: str = "bench plot") -> int:
         if args.out_dir is not None and not args.out_dir.is_dir():
             raise ConfigError("--out-dir", args.out_dir, "is not a directory: create it or "
                               "leave --out-dir out to save beside the results")
+        # Refused (one line, nothing written): a chart path that is a link, the results
+        # file itself, or a file bench did not make.
+        made = plot(args.results, args.out_dir, records)
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    made = plot(args.results, args.out_dir, records)
     if not made:
         print(f"{prog}: no ok records to plot in {args.results}", file=sys.stderr)
         return 1

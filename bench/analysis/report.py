@@ -7,14 +7,22 @@ efficiency at the largest topology, and the share of that topology's step spent 
 exposed communication; for all-reduce sweeps, the bandwidth the link gave them per node
 count. ``bench matrix`` writes both after every run; ``make report``
 rebuilds them.
+
+Each page and plot starts with bench's mark and is written atomically (a temporary file,
+then a rename). An existing one is replaced only when bench made it: a path that is the
+results file (``bench report runs.md``), a symbolic link, or a file bench did not make (a
+``notes.md`` beside ``notes.jsonl``) is refused with exit 2, and nothing is written.
+Record text reaches the Markdown escaped: it cannot add a row, a line, a link or HTML.
 """
 from __future__ import annotations
 
 import argparse
 import base64
 import html
+import re
 import statistics
 import sys
+import unicodedata
 from pathlib import Path
 
 from tabulate import tabulate
@@ -24,12 +32,16 @@ from bench.analysis.table import (
     CPU_HEADERS,
     DEFAULT_GROUP_BY,
     HEADERS,
+    NOT_SHOWN,
     device_of,
     group_tables,
+    markdown_image,
+    markdown_text,
     metric_of,
     render,
 )
 from bench.options import ConfigError
+from bench.paths import MARK_COMMENT, check_output, write_output
 from bench.topology import Topology
 from bench.units import format_rate, format_size
 
@@ -167,28 +179,51 @@ def communication(records: list[dict]) -> list[list[str]]:
 COMM_HEADERS = ["workload", "topology", "grad MB/step", "exposed comm share", "achieved GB/s"]
 
 
-def plots(results: Path) -> list[Path]:
-    return sorted(results.parent.glob(f"{results.stem}-*.png"))
+def pages(results: Path) -> tuple[Path, Path]:
+    """The report's two files beside ``results``: ``<stem>.md`` and ``<stem>.html``."""
+    return results.with_suffix(".md"), results.with_suffix(".html")
 
 
-def markdown(results: Path, records: list[dict], prediction: str | None = None) -> str:
+def markdown(results: Path, records: list[dict], prediction: str | None = None,
+             charts: list[tuple[Path, bytes]] = ()) -> str:
+    """The report in Markdown; every text from a record (and the file's name) is shown
+    through ``markdown_text``: it adds no row, column, line, link or HTML."""
     training = record.training(records)
-    parts = [f"# {results.name}", "", "## Summary", "",
-             *[f"- {line}" for line in summary(records)], "", "## Where the numbers come from",
-             "", tabulate(provenance(records), headers=["", ""], tablefmt="github"), ""]
+    parts = [MARK_COMMENT, f"# {markdown_text(results.name)}", "", "## Summary", "",
+             *[f"- {markdown_text(line, LINE_LIMIT)}" for line in summary(records)], "",
+             "## Where the numbers come from", "",
+             _markdown_table(provenance(records), ["", ""]), ""]
     if training:
         parts += ["## Scaling tables", "", render(training, "github"), "",
-                  "## Communication", "",
-                  tabulate(communication(records), headers=COMM_HEADERS, tablefmt="github"), ""]
+                  "## Communication", "", _markdown_table(communication(records), COMM_HEADERS),
+                  ""]
     if prediction:
-        parts += ["## Prediction", "", "```", prediction.rstrip(), "```", ""]
-    pngs = plots(results)
-    if pngs:
-        parts += ["## Plots", "", *[f"![{p.stem}]({p.name})" for p in pngs], ""]
+        parts += ["## Prediction", "", _code_block(prediction), ""]
+    if charts:
+        parts += ["## Plots", "", *[markdown_image(p.stem, p.name) for p, _ in charts], ""]
     return "\n".join(parts)
 
 
-def to_html(results: Path, records: list[dict], prediction: str | None = None) -> str:
+LINE_LIMIT = 400  # characters of one summary line or provenance value in the Markdown
+
+
+def _markdown_table(rows: list, headers: list[str]) -> str:
+    cells = [[markdown_text(cell, LINE_LIMIT) for cell in row] for row in rows]
+    return tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _code_block(text: str) -> str:
+    """``text`` as a fenced code block it cannot leave: a fence longer than any run of
+    backticks in it, and no control character but the line breaks between its lines."""
+    lines = ["".join(" " if unicodedata.category(c) in NOT_SHOWN else c for c in line)
+             for line in text.rstrip().split("\n")]
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return "\n".join([fence, *lines, fence])
+
+
+def to_html(results: Path, records: list[dict], prediction: str | None = None,
+            charts: list[tuple[Path, bytes]] = ()) -> str:
     """One self-contained page: tables as HTML, plots as data: URIs."""
     training = record.training(records)
     esc = html.escape
@@ -207,15 +242,17 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None) -
                  tabulate(communication(records), headers=COMM_HEADERS, tablefmt="html")]
     if prediction:
         body += ["<h2>Prediction</h2>", f"<pre>{esc(prediction)}</pre>"]
-    for png in plots(results):
-        data = base64.b64encode(png.read_bytes()).decode()
-        body.append(f'<figure><img alt="{esc(png.stem)}" src="data:image/png;base64,{data}">'
-                    f"<figcaption>{esc(png.stem)}</figcaption></figure>")
+    for path, png in charts:
+        data = base64.b64encode(png).decode()
+        body.append(f'<figure><img alt="{esc(path.stem)}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{esc(path.stem)}</figcaption></figure>")
     style = ("body{font-family:sans-serif;max-width:72em;margin:2em auto}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;"
              "padding:.2em .6em;text-align:right}img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{esc(results.name)}"
-            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    # The mark first: a comment before the doctype keeps the page in standards mode.
+    return (f"{MARK_COMMENT}\n<!doctype html><html><head><meta charset=\"utf-8\">"
+            f"<title>{esc(results.name)}</title><style>{style}</style></head>"
+            f"<body>{''.join(body)}</body></html>\n")
 
 
 def _headers(metric: str, cpu: bool) -> list[str]:
@@ -224,16 +261,29 @@ def _headers(metric: str, cpu: bool) -> list[str]:
 
 
 def write(results: Path, records: list[dict] | None = None,
-          prediction: str | None = None) -> tuple[Path, Path]:
-    """Write ``<results>.md`` and ``<results>.html``; returns their paths."""
+          prediction: str | None = None, also_read: tuple[Path, ...] = ()) -> tuple[Path, Path]:
+    """Write ``<results>.md``, ``<results>.html`` and the plots beside ``results``; returns
+    the pages' paths. Every file goes through ``paths.write_output``, and every path is
+    checked before the first is written: one that is ``results`` or another input
+    (``also_read``), a symbolic link, or a file bench did not make raises ConfigError
+    with nothing written."""
     records = record.load(results) if records is None else records
-    from bench.analysis.plot import plot
+    from bench.analysis import plot
 
-    plot(results, records=records)  # the page embeds them
-    md, page = results.with_suffix(".md"), results.with_suffix(".html")
-    md.write_text(markdown(results, records, prediction))
-    page.write_text(to_html(results, records, prediction))
+    inputs = (results, *also_read)
+    md, page = pages(results)
+    for path in (md, page):
+        check_output(path, "output", inputs, FIX)
+    charts = plot.charts(results, records=records)  # the page embeds them
+    plot.save(charts, inputs, FIX)
+    for path, text in ((md, markdown(results, records, prediction, charts)),
+                       (page, to_html(results, records, prediction, charts))):
+        write_output(path, text, setting="output", inputs=inputs, fix=FIX)
     return md, page
+
+
+# How to choose other report paths: they are named after the results file.
+FIX = "give the results file another name ending in .jsonl (the report takes its stem)"
 
 
 def main(argv: list[str] | None = None, prog: str = "bench report") -> int:
@@ -252,10 +302,11 @@ def main(argv: list[str] | None = None, prog: str = "bench report") -> int:
             if not args.prediction.is_file():
                 raise ConfigError("--prediction", args.prediction, "no such file")
             prediction = args.prediction.read_text(errors="replace")
-    except ConfigError as error:
+        also_read = (args.prediction,) if args.prediction is not None else ()
+        md, page = write(args.results, records, prediction, also_read)
+    except ConfigError as error:  # bad input, or a report path it must not write over
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    md, page = write(args.results, records, prediction)
     print("\n".join(summary(records)))
     print(f"report: {md} and {page}")
     return 0

@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import statistics
 import sys
+import unicodedata
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,9 +56,51 @@ FIELDS: dict[str, Callable[[dict], object]] = {
 DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook",
                     "strategy")
 FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex", "csv": None}
+MARKDOWN_FORMATS = ("markdown", "github")
 CPU_HEADERS = {"GPUs": "processes", "batch/GPU": "batch/process"}
 HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",
            "efficiency", "grad MB/step", "status")
+
+
+# Markdown made from records: every string a record (or a file name) puts into Markdown goes
+# through ``markdown_text``, so that no record can add a row, a column, a line, a link, an
+# image or HTML to a table or a report.
+MARKDOWN_LIMIT = 100  # characters of one value shown; the records keep the whole text
+# CommonMark and GitHub take a backslash before any ASCII punctuation as that character;
+# <, > and & become entities, so no tag, autolink or entity from a record reaches the page.
+_MARKDOWN_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|~$"},
+                                   "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+# What starts a block when it opens a line: a heading, a list item, a setext underline.
+_LEADING_BLOCK = re.compile(r"(#{1,6}|[-+]|\d{1,9}[.)])(?=\s|$)|[=-]+\s*$")
+# Line and paragraph separators, other control and format characters (bidi overrides,
+# zero-width), and lone surrogates: each becomes one space.
+NOT_SHOWN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def markdown_text(value: object, limit: int = MARKDOWN_LIMIT) -> str:
+    """``value`` as literal Markdown text on one line: control characters and line breaks
+    become spaces, at most ``limit`` characters are kept (an ellipsis marks the cut), the
+    punctuation Markdown acts on is backslash-escaped (``|`` included, so a table keeps
+    its columns), HTML's ``< > &`` become entities, spaces at either end are dropped and
+    a leading heading, list or underline marker is escaped: the text is one paragraph,
+    or one table cell, of exactly its characters."""
+    text = "".join(" " if unicodedata.category(c) in NOT_SHOWN else c for c in str(value))
+    if len(text) > limit:
+        text = text[:limit - 1] + "\u2026"
+    # Spaces at either end show nothing; four at the start would open a code block.
+    text = text.strip(" ").translate(_MARKDOWN_ESCAPES)
+    block = _LEADING_BLOCK.match(text)
+    if block:
+        at = block.end(1) - 1 if block.group(1) and block.group(1)[0].isdigit() else 0
+        text = text[:at] + "\\" + text[at:]
+    return text
+
+
+def markdown_image(alt: str, path: str) -> str:
+    """A Markdown image of a local file: the alt text escaped, the path percent-encoded
+    (a space or a parenthesis in a file name cannot end the link)."""
+    # A file name's undecodable bytes (surrogates) are percent-encoded as those bytes.
+    return f"![{markdown_text(alt)}]({urllib.parse.quote(path, errors='surrogateescape')})"
 
 
 def metric_of(mode: str) -> tuple[str, str, bool]:
@@ -226,14 +271,17 @@ def render(records: list[dict], fmt: str = "markdown",
             for row in rows:
                 writer.writerow([*key, metric, *row])
         return out.getvalue().rstrip("\n")
+    # Markdown formats get each value through markdown_text; latex escapes its own.
+    shown = markdown_text if fmt in MARKDOWN_FORMATS else str
     parts = []
     for key, rows, metric, cpu, note in tables:
-        title = " | ".join(f"{f} {v}" for f, v in zip(group_by, key, strict=True))
-        title += f"\n\n{note}" if note else ""
+        title = " | ".join(f"{f} {shown(v)}" for f, v in zip(group_by, key, strict=True))
+        title += f"\n\n{shown(note)}" if note else ""
         headers = [h.format(metric=metric) for h in HEADERS] + extra
         if cpu:
             headers = [CPU_HEADERS.get(h, h) for h in headers]
-        parts.append(f"{title}\n\n" + tabulate(rows, headers=headers, tablefmt=FORMATS[fmt],
+        cells = [[shown(cell) for cell in row] for row in rows]
+        parts.append(f"{title}\n\n" + tabulate(cells, headers=headers, tablefmt=FORMATS[fmt],
                                                 disable_numparse=True))
     return "\n\n".join(parts)
 
@@ -243,7 +291,8 @@ def plot_links(results: list[Path], fmt: str) -> list[str]:
     links = []
     for path in results:
         for png in sorted(path.parent.glob(f"{path.stem}-*.png")):
-            links.append(f"![{png.stem}]({png})" if fmt in ("markdown", "github") else str(png))
+            links.append(markdown_image(png.stem, str(png)) if fmt in MARKDOWN_FORMATS
+                         else str(png))
     return links
 
 

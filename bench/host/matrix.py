@@ -49,7 +49,7 @@ from bench.options import (
     on_head,
     require_range,
 )
-from bench.paths import check_writable_file
+from bench.paths import check_results_beside_reports
 from bench.topology import (
     Topology,
     parse_choices,
@@ -185,7 +185,9 @@ class MatrixConfig:
                        "(default: the same path as here)")
         p.add_argument("--ssh-config", type=Path, help="ssh: an ssh_config file (ports, keys, "
                        "known_hosts) passed to ssh -F")
-        p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
+        p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"),
+                       help="the records file, *.jsonl (the report is written beside it as "
+                       ".md and .html); a symbolic link is refused: give the file itself")
         p.add_argument("--resume", action="store_true",
                        help="skip repeats that already have an ok record")
         p.add_argument("--interleave", action="store_true",
@@ -239,7 +241,8 @@ class MatrixConfig:
         require_range(a.rdzv_timeout, "rdzv_timeout", 1, 86400)
         # Each job takes a fresh port above --master-port (see ``run``).
         require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
-        check_writable_file(a.results, "--results")
+        check_results_beside_reports(a.results, "--results")  # never a report's name
+        _check_report_paths(a.results)
         if a.image is not None:
             check_image(a.image, "--image")
         if a.remote_dir is not None and not a.remote_dir.startswith("/"):
@@ -515,6 +518,17 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
     print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
     _report(cfg.results)
     return code
+
+
+def _check_report_paths(results: Path) -> None:
+    """Before anything runs: the report's pages beside ``results`` can be written (not a
+    link, not a file bench did not make), so a user's file there is named now, not after
+    the measurement."""
+    from bench.analysis import report
+    from bench.paths import check_output
+
+    for page in report.pages(results):
+        check_output(page, "--results", (results,), report.FIX)
 
 
 def _report(results: Path) -> None:
