@@ -5,8 +5,12 @@ The format is ``sha256sum``'s (``<hex>  <relative path>``), so ``sha256sum -c`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import random
+import stat
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 MANIFEST_NAME = "MANIFEST.sha256"
@@ -25,9 +29,90 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+# A dataset holds regular files and directories, nothing else: a link would pull in whatever
+# it points at (a key, a whole directory), a FIFO or a device would block or never end.
+_NOT_ALLOWED = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
+                stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+                stat.S_IFBLK: "a block device"}
+# Characters a name must not hold: control characters (C0, DEL, C1), the line and paragraph
+# separators (str.splitlines breaks at each: one name would become two manifest lines) and
+# lone surrogates (bytes that are not UTF-8, which a text manifest cannot hold).
+_ODD_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """A regular file or directory found by ``scan``, with its lstat mode."""
+
+    path: Path
+    relative: PurePosixPath
+    mode: int
+
+
+@dataclasses.dataclass(slots=True)
+class Tree:
+    """What ``scan`` found: directories (parents first), regular files, and one line per
+    entry that is neither or whose name is odd."""
+
+    dirs: list[Entry] = dataclasses.field(default_factory=list)
+    files: list[Entry] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)
+
+
+def odd_name(name: str) -> bool:
+    """Whether a name holds a character no dataset name should: see _ODD_CATEGORIES."""
+    return any(unicodedata.category(char) in _ODD_CATEGORIES for char in name)
+
+
+def shown(relative: PurePosixPath | str) -> str:
+    """A path as it can be printed on one line: as is, or escaped (ascii()) if it is odd."""
+    text = str(relative)
+    return ascii(text) if odd_name(text) or not text.isprintable() else text
+
+
+def scan(root: Path, relative: PurePosixPath) -> Tree:
+    """Walk ``root`` (named ``relative`` in the result) without following any link: every
+    entry is lstat'ed, and only real directories are entered."""
+    tree = Tree()
+    pending = [(root, relative)]
+    while pending:
+        path, rel = pending.pop()
+        if rel != relative and odd_name(path.name):  # the root's name is the caller's
+            tree.refused.append(f"{shown(rel)} has a control character in its name")
+            continue
+        try:
+            mode = path.lstat().st_mode
+        except OSError as error:
+            tree.refused.append(f"{shown(rel)} cannot be read ({error.strerror})")
+            continue
+        if stat.S_ISREG(mode):
+            tree.files.append(Entry(path, rel, mode))
+        elif stat.S_ISDIR(mode):
+            tree.dirs.append(Entry(path, rel, mode))
+            try:
+                names = sorted(os.listdir(path), reverse=True)
+            except OSError as error:
+                tree.refused.append(f"{shown(rel)} cannot be listed ({error.strerror})")
+                continue
+            pending.extend((path / name, rel / name) for name in names)
+        else:
+            kind = _NOT_ALLOWED.get(stat.S_IFMT(mode), "not a regular file")
+            tree.refused.append(f"{shown(rel)} is {kind}")
+    return tree
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def dataset_files(directory: Path) -> list[Path]:
-    """Every file under ``directory`` but the manifest, in a stable order."""
-    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
+    """Every regular file under ``directory`` but its manifest, in a stable order; links
+    are neither listed nor followed."""
+    return sorted(entry.path for entry in scan(directory, PurePosixPath(".")).files
+                  if entry.path != directory / MANIFEST_NAME)
 
 
 def write(directory: Path) -> Path:
@@ -74,6 +159,11 @@ def verify(data_dir: Path, mode: str, sample: int, seed: int = 0) -> str | None:
         # A file the manifest does not list (an added image, a planted batch) would be read
         # by the dataset loader all the same.
         listed = {name for name, _ in entries}
+        tree = scan(data_dir, PurePosixPath("."))
+        if tree.refused:
+            raise ManifestMismatch(f"dataset entry {data_dir}: {tree.refused[0]}, which a "
+                                   f"dataset must not hold ({len(tree.refused)} such "
+                                   "entries): restage the dataset")
         extra = [p for p in dataset_files(data_dir)
                  if p.relative_to(data_dir).as_posix() not in listed]
         if extra:
@@ -83,8 +173,9 @@ def verify(data_dir: Path, mode: str, sample: int, seed: int = 0) -> str | None:
         entries = sorted(random.Random(seed).sample(entries, sample))
     for name, expected in entries:
         path = data_dir / name
-        if not path.is_file():
-            raise ManifestMismatch(f"dataset file {path} is listed in {manifest} but missing")
+        if not _is_regular_file(path):  # a link put in a listed file's place is not read
+            raise ManifestMismatch(f"dataset file {path} is listed in {manifest} but missing "
+                                   "(or not a regular file)")
         actual = sha256_file(path)
         if actual != expected:
             raise ManifestMismatch(f"dataset file {path} does not match {manifest}: "

@@ -7,12 +7,61 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 # Environment prefixes whose values change communication behaviour.
 COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
+# The communication settings a record names: documented NCCL, gloo and torch-NCCL variables
+# (NCCL's environment documentation; gloo's and TORCH_NCCL_'s as torch 2.14 reads them).
+# Only these reach a record and its logs: any other variable under the prefixes (a site's
+# NCCL_FOO_TOKEN, a plugin's credentials) stays out, whatever it holds.
+COMM_SETTINGS = frozenset("""
+    NCCL_ALGO NCCL_PROTO NCCL_BUFFSIZE NCCL_NTHREADS NCCL_MIN_NCHANNELS NCCL_MAX_NCHANNELS
+    NCCL_MIN_CTAS NCCL_MAX_CTAS NCCL_CGA_CLUSTER_SIZE NCCL_LL128_BUFFSIZE NCCL_LL_BUFFSIZE
+    NCCL_LL128_NTHREADS NCCL_NCHANNELS_PER_NET_PEER NCCL_MIN_P2P_NCHANNELS
+    NCCL_MAX_P2P_NCHANNELS NCCL_TUNER_PLUGIN NCCL_PAT_ENABLE NCCL_CTA_POLICY
+    NCCL_SOCKET_IFNAME NCCL_SOCKET_FAMILY NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD
+    NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_CROSS_NIC NCCL_NET
+    NCCL_NET_PLUGIN NCCL_NET_GDR_LEVEL NCCL_NET_GDR_READ NCCL_NET_GDR_C2C
+    NCCL_NET_DISABLE_INTRA NCCL_NET_SHARED_BUFFERS NCCL_NET_SHARED_COMMS
+    NCCL_NET_FORCE_FLUSH NCCL_NET_MERGE_LEVEL NCCL_NET_OVERHEAD NCCL_OOB_NET_ENABLE
+    NCCL_OOB_NET_IFNAME NCCL_IB_DISABLE NCCL_IB_HCA NCCL_IB_GID_INDEX
+    NCCL_IB_ROCE_VERSION_NUM NCCL_IB_TIMEOUT NCCL_IB_RETRY_CNT NCCL_IB_SL NCCL_IB_TC
+    NCCL_IB_FIFO_TC NCCL_IB_PKEY NCCL_IB_USE_INLINE NCCL_IB_QPS_PER_CONNECTION
+    NCCL_IB_SPLIT_DATA_ON_QPS NCCL_IB_PCI_RELAXED_ORDERING NCCL_IB_ADAPTIVE_ROUTING
+    NCCL_IB_AR_THRESHOLD NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_MERGE_VFS
+    NCCL_IB_MERGE_NICS NCCL_IB_ECE_ENABLE NCCL_IB_DATA_DIRECT NCCL_IB_RETURN_ASYNC_EVENTS
+    NCCL_GDRCOPY_ENABLE NCCL_DMABUF_ENABLE NCCL_P2P_DISABLE NCCL_P2P_LEVEL
+    NCCL_P2P_DIRECT_DISABLE NCCL_P2P_READ_ENABLE NCCL_P2P_USE_CUDA_MEMCPY
+    NCCL_P2P_NET_CHUNKSIZE NCCL_P2P_NVL_CHUNKSIZE NCCL_P2P_PCI_CHUNKSIZE
+    NCCL_P2P_LL_THRESHOLD NCCL_P2P_PXN_LEVEL NCCL_PXN_DISABLE NCCL_SHM_DISABLE
+    NCCL_SHM_LOCALITY NCCL_NVB_DISABLE NCCL_NVLS_ENABLE NCCL_NVLS_NCHANNELS
+    NCCL_NVLS_CHUNKSIZE NCCL_MNNVL_ENABLE NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD
+    NCCL_TOPO_FILE NCCL_TOPO_DUMP_FILE NCCL_GRAPH_FILE NCCL_GRAPH_DUMP_FILE
+    NCCL_IGNORE_CPU_AFFINITY NCCL_CUMEM_ENABLE NCCL_CUMEM_HOST_ENABLE NCCL_LOCAL_REGISTER
+    NCCL_GRAPH_REGISTER NCCL_GRAPH_MIXING_SUPPORT NCCL_LAUNCH_MODE NCCL_COMM_BLOCKING
+    NCCL_RUNTIME_CONNECT NCCL_WORK_FIFO_BYTES NCCL_CHECK_POINTERS NCCL_SET_STACK_SIZE
+    NCCL_SET_THREAD_NAME NCCL_CONF_FILE NCCL_HOSTID NCCL_DEBUG NCCL_DEBUG_SUBSYS
+    NCCL_DEBUG_FILE NCCL_DEBUG_TIMESTAMP_FORMAT NCCL_RAS_ENABLE NCCL_NVTX_DISABLE
+    GLOO_SOCKET_IFNAME GLOO_DEVICE_TRANSPORT GLOO_LOG_LEVEL
+    TORCH_NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_BLOCKING_WAIT TORCH_NCCL_AVOID_RECORD_STREAMS
+    TORCH_NCCL_USE_COMM_NONBLOCKING TORCH_NCCL_NONBLOCKING_TIMEOUT TORCH_NCCL_HIGH_PRIORITY
+    TORCH_NCCL_ENABLE_MONITORING TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC TORCH_NCCL_DUMP_ON_TIMEOUT
+    TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DESYNC_DEBUG TORCH_NCCL_NAN_CHECK
+    TORCH_NCCL_CUDA_EVENT_CACHE TORCH_NCCL_PROPAGATE_ERROR TORCH_NCCL_RETHROW_CUDA_ERRORS
+    TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK TORCH_NCCL_BCAST_UNIQUEID
+    TORCH_NCCL_RANKS_PER_ROOT
+""".split())
+# A value shaped like a credential: a run of 24 or more letters and digits (both), as API
+# tokens and keys are, or a URL carrying a user name. Recorded as "<redacted>", even for a
+# known setting (a path, a list of HCAs or a number never looks like this).
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+=]{24,}")
+_URL_USER = re.compile(r"://[^/@\s]*@")
+REDACTED = "<redacted>"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -104,9 +153,22 @@ def environment(ranks: list[dict], versions: dict, nproc_per_node: int | None,
         "cpu_count": os.cpu_count(),
         **versions,
         "link": link(),
-        "comm_env": {k: v for k, v in sorted(os.environ.items())
-                     if k.startswith(COMM_ENV_PREFIXES)},
+        "comm_env": comm_env(os.environ),
     }
+
+
+def comm_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The communication settings of ``environ`` a record may name: known ones only
+    (``COMM_SETTINGS``), a value that looks like a secret redacted."""
+    return {name: REDACTED if looks_secret(value) else value
+            for name, value in sorted(environ.items()) if name in COMM_SETTINGS}
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a value has a credential's shape (see _TOKEN_RUN); linear in its length."""
+    return bool(_URL_USER.search(value)) or any(
+        any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+        for run in _TOKEN_RUN.findall(value))
 
 
 def no_rank() -> list[dict]:

@@ -78,3 +78,24 @@ def test_staging_with_a_bad_source_leaves_the_export_untouched(tmp_path, capsys)
                  "--export", str(export)])
     assert code == 2 and "--src" in capsys.readouterr().err
     assert sorted(p.name for p in export.rglob("*")) == ["fashion-mnist", "old.bin"]
+
+
+def test_a_listed_file_replaced_by_a_link_fails_even_to_identical_bytes(tmp_path):
+    make_dataset(tmp_path)
+    (tmp_path / "copy.bin").write_bytes(b"alpha")
+    (tmp_path / "copy.bin").chmod(0o600)
+    (tmp_path / "train" / "a.bin").unlink()
+    (tmp_path / "train" / "a.bin").symlink_to(tmp_path / "copy.bin")
+    for mode in ("all", "sample"):
+        with pytest.raises(manifest.ManifestMismatch,
+                           match="a.bin.* (is a symbolic link|not a regular file)"):
+            manifest.verify(tmp_path, mode, 5)
+
+
+def test_only_the_top_manifest_is_left_out_of_the_listing(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / manifest.MANIFEST_NAME).write_bytes(b"a dataset file by that name")
+    (tmp_path / "link.bin").symlink_to(tmp_path / "train" / manifest.MANIFEST_NAME)
+    manifest.write(tmp_path)
+    assert list(manifest.parse(tmp_path / manifest.MANIFEST_NAME)) == [
+        f"train/{manifest.MANIFEST_NAME}"]

@@ -1,6 +1,7 @@
 """The containerised stack with the real Docker engine, Compose and NFS server."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -8,10 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench import manifest, record
 from conftest import EXAMPLE_ENV, REPO, bench_containers, validate
@@ -31,6 +34,81 @@ def test_compose_config_is_valid_for_every_profile(compose_variant, profile):
     result = compose(compose_variant["COMPOSE"].split(), ["--profile", profile, "config", "-q"],
                      env={"BENCH_ENV_FILE": str(EXAMPLE_ENV)})
     assert result.returncode == 0, result.stderr
+
+
+TRAINERS = {"trainer": ["DAC_OVERRIDE"], "trainer-ib": ["DAC_OVERRIDE", "IPC_LOCK"],
+            "trainer-cpu": ["DAC_OVERRIDE"]}
+
+
+@pytest.mark.parametrize("profile", ["gpu", "gpu-ib", "cpu"])
+def test_every_trainer_drops_all_capabilities_and_gains_no_privilege(compose_variant, profile):
+    result = compose(compose_variant["COMPOSE"].split(), ["--profile", profile, "config"],
+                     env={"BENCH_ENV_FILE": str(EXAMPLE_ENV)})
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    trainers = {name: service for name, service in services.items()
+                if name.startswith("trainer")}
+    assert trainers and set(trainers) <= set(TRAINERS), trainers.keys()
+    for name, service in trainers.items():
+        caps = [[cap.removeprefix("CAP_") for cap in service.get(key, [])]
+                for key in ("cap_drop", "cap_add")]
+        assert caps == [["ALL"], TRAINERS[name]], (name, caps)
+        assert "no-new-privileges:true" in service["security_opt"], name
+
+
+def _capabilities_of_containers_on(mount: Path, seen: dict, stop: threading.Event) -> None:
+    """CapEff and NoNewPrivs of the process each container mounting ``mount`` runs."""
+    while not stop.is_set():
+        for name in bench_containers():
+            inspect = subprocess.run(["docker", "inspect", name], capture_output=True,
+                                     text=True)
+            if inspect.returncode != 0:
+                continue
+            (info,) = json.loads(inspect.stdout)
+            pid = info["State"]["Pid"]
+            if pid and any(m["Source"] == str(mount) for m in info["Mounts"]):
+                with contextlib.suppress(OSError):
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    seen[name] = tuple(re.search(rf"^{key}:\s+(\S+)$", status, re.M)[1]
+                                       for key in ("CapEff", "NoNewPrivs"))
+        time.sleep(0.2)
+
+
+def test_a_cpu_trainer_trains_with_one_capability_and_no_new_privileges(
+        cpu_image, compose_variant, tmp_path):
+    # The results directory belongs to another user, as a user's own does to root in the
+    # container: the record reaches it through DAC_OVERRIDE, the one capability kept.
+    results_dir = tmp_path / "results"
+    results_dir.mkdir(mode=0o755)
+    if os.geteuid() == 0:
+        os.chown(results_dir, 1000, 1000)
+    data = tmp_path / "data"
+    data.mkdir()
+    env_file = tmp_path / "node.env"
+    env_file.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS="
+                        f"bind\nDATA_DEVICE={data}\nOMP_NUM_THREADS=1\n")
+    seen: dict[str, tuple[str, str]] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_capabilities_of_containers_on,
+                               args=(results_dir, seen, stop))
+    watcher.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench", "compose", "--profile", "cpu", "--env-file",
+             str(env_file), "--nnodes", "1", "--image", cpu_image, "--results",
+             str(results_dir / "runs.jsonl"), "--", "--steps", "3", "--warmup-steps", "1",
+             "--model", "smallcnn", "--comm-probe-steps", "0"],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+            env={**os.environ, **compose_variant})
+    finally:
+        stop.set()
+        watcher.join()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = list(record.read(results_dir / "runs.jsonl"))
+    assert rec["status"] == "ok"
+    # CAP_DAC_OVERRIDE is bit 1: 0x2 and nothing else.
+    assert seen and set(seen.values()) == {("0000000000000002", "1")}, seen
+    assert bench_containers() == []
 
 
 def test_compose_names_a_missing_setting(docker_engine, tmp_path):

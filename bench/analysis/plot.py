@@ -13,7 +13,9 @@ before any chart is written.
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
 import statistics
 import sys
@@ -27,6 +29,7 @@ from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, write_output
 from bench.topology import Topology
 
 WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
+MATPLOTLIB_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "matplotlib"
 
 
 def _slug(values: tuple) -> str:
@@ -45,6 +48,22 @@ def _cells(records: list[dict]) -> dict[tuple, dict[tuple[int, Topology], list[f
                 Topology.of_record(rec))
         out.setdefault(workload, {}).setdefault(cell, []).append(rec[field])
     return out
+
+
+def pyplot():
+    """matplotlib.pyplot, drawing to files only, with its font cache in the project's
+    .cache/matplotlib (or MPLCONFIGDIR where the user set one): matplotlib's default is the
+    home directory, which a benchmark has no business writing to."""
+    if "MPLCONFIGDIR" not in os.environ:
+        with contextlib.suppress(OSError):  # a read-only checkout: matplotlib's default
+            MATPLOTLIB_CACHE.mkdir(parents=True, exist_ok=True)
+            os.environ["MPLCONFIGDIR"] = str(MATPLOTLIB_CACHE)
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot(results: Path, out_dir: Path | None = None,
@@ -72,10 +91,7 @@ def charts(results: Path, out_dir: Path | None = None,
            records: list[dict] | None = None) -> list[tuple[Path, bytes]]:
     """(path, PNG bytes) of each chart of ``records``, nothing written: see ``plot``."""
     records = record.load(results) if records is None else records
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out_dir = out_dir or results.parent
     made = []
@@ -168,7 +184,7 @@ def charts(results: Path, out_dir: Path | None = None,
 
 def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:
     """busbw against message size, one line per sweep, with each emulated link's rate."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     rates = set()

@@ -41,10 +41,14 @@ CONTAINER_RESULTS = "/results"
 def torchrun_argv(*, nnodes: int, node_rank: int | str, nproc_per_node: int,
                   master_addr: str, master_port: int | str, rdzv_timeout: int | str,
                   job_id: str, module: str, results: str, workload_args: list[str],
-                  python: str = sys.executable) -> list[str]:
+                  python: str = sys.executable, store_bind: str | None = None) -> list[str]:
     """One node's command. ``--rdzv-id`` carries the job id so that a launcher can find
-    (and stop) this job's processes on a host by their command line."""
-    return [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+    (and stop) this job's processes on a host by their command line. ``store_bind``: the
+    one address node 0's rendezvous store listens on (``bench.rank.torchrun``, torchrun
+    itself listens on every interface), for launchers that know where every node is."""
+    launcher = (["bench.rank.torchrun", "--store-bind", store_bind] if store_bind
+                else ["torch.distributed.run"])
+    return [python, "-m", *launcher, "--nnodes", str(nnodes),
             "--node_rank", str(node_rank), "--nproc_per_node", str(nproc_per_node),
             "--master_addr", master_addr, "--master_port", str(master_port),
             "--rdzv-id", job_id, "--rdzv-conf", f"timeout={rdzv_timeout}",

@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from bench import manifest
 from bench.config import FASHION_MNIST_FILES, OneLineErrorParser, find_idx_file
@@ -19,6 +21,7 @@ from bench.paths import child, remove_tree_inside
 
 DEFAULT_SOURCES = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
 DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
+_OTHERS_READ, _OTHERS_LIST = stat.S_IROTH, stat.S_IROTH | stat.S_IXOTH
 
 
 def _fail(prog: str, message: str) -> int:
@@ -29,14 +32,10 @@ def _fail(prog: str, message: str) -> int:
 def _remove(path: Path, export: Path) -> None:
     """Remove an entry of the export: a link is unlinked, never followed; a directory only
     once it is proven to resolve inside the export (``child`` checked the name before)."""
-    if path.is_symlink() or path.is_file():
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
         path.unlink()
     elif path.is_dir():
         remove_tree_inside(path, export, "--name")
-
-
-def _copy_tree(src: Path, dest: Path) -> None:
-    shutil.copytree(src, dest, dirs_exist_ok=True)
 
 
 def _check_source(dataset: str, src: Path | None, download: bool) -> Path | None:
@@ -58,23 +57,88 @@ def _check_source(dataset: str, src: Path | None, download: bool) -> Path | None
     return src
 
 
-def _stage_files(dataset: str, src: Path | None, dest: Path, download: bool) -> None:
-    """Copy the dataset from its checked source into ``dest``."""
+def _sources(dataset: str, src: Path | None, download: bool) -> list[tuple[Path, str]]:
+    """What staging copies: each source (a file or a directory tree) and its name in the
+    export. Nothing for a download."""
     if dataset == "fashion-mnist":
-        for name in FASHION_MNIST_FILES:
-            path = find_idx_file(src, name)
-            shutil.copy2(path, dest / path.name)
-    elif dataset == "cifar10" and download:
-        from torchvision.datasets import CIFAR10
+        paths = [find_idx_file(src, name) for name in FASHION_MNIST_FILES]
+        return [(path, path.name) for path in paths if path is not None]
+    if dataset == "cifar10" and not download:
+        return [(src / "cifar-10-batches-py", "cifar-10-batches-py")]
+    if dataset == "imagefolder":
+        return [(src / split, split) for split in ("train", "val")
+                if os.path.lexists(src / split)]
+    return []
 
-        CIFAR10(dest, train=True, download=True)
-        (dest / "cifar-10-python.tar.gz").unlink(missing_ok=True)
-    elif dataset == "cifar10":
-        _copy_tree(src / "cifar-10-batches-py", dest / "cifar-10-batches-py")
-    elif dataset == "imagefolder":
-        for split in ("train", "val"):
-            if (src / split).is_dir():
-                _copy_tree(src / split, dest / split)
+
+def _not_exportable(tree: manifest.Tree) -> list[str]:
+    """Entries the export must not serve: the export is read by every client as nobody, so
+    a file or directory that others cannot read was not meant to be shared, and its mode
+    is never widened to make it so."""
+    return ([f"{manifest.shown(e.relative)} is not readable by others (mode "
+             f"{stat.S_IMODE(e.mode):04o})" for e in tree.files if not e.mode & _OTHERS_READ]
+            + [f"{manifest.shown(e.relative)} is not readable by others (mode "
+               f"{stat.S_IMODE(e.mode):04o})" for e in tree.dirs
+               if e.mode & _OTHERS_LIST != _OTHERS_LIST])
+
+
+def _scan_sources(sources: list[tuple[Path, str]], src: Path | None) -> list[manifest.Tree]:
+    """Every source scanned without following links; ConfigError naming each entry that is
+    not a regular file or directory, has an odd name or is private, before anything is
+    copied."""
+    trees = [manifest.scan(path, PurePosixPath(name)) for path, name in sources]
+    refused = [line for tree in trees for line in tree.refused + _not_exportable(tree)]
+    if refused:
+        raise ConfigError("--src", manifest.shown(str(src)),
+                          f"holds {len(refused)} entries staging does not copy: "
+                          f"{'; '.join(refused)}. Only regular files and directories that "
+                          "others can read are staged: replace a link by a copy of its "
+                          "target, remove the rest (chmod o+r what is meant to be shared); "
+                          "nothing was copied")
+    return trees
+
+
+def _copy_file(entry: manifest.Entry, dest: Path) -> None:
+    """Copy one regular file, never through a link (the source may have changed since the
+    scan), with the source's mode narrowed to 0644: never wider than it was."""
+    source_fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(source_fd, "rb") as source:
+        if not stat.S_ISREG(os.fstat(source_fd).st_mode):
+            raise ConfigError("--src", manifest.shown(str(entry.path)), "changed into something "
+                              "other than a regular file while staging: stage again")
+        with open(dest, "xb") as target:
+            shutil.copyfileobj(source, target, manifest.CHUNK)
+            os.fchmod(target.fileno(), stat.S_IMODE(entry.mode) & 0o644)
+
+
+def _copy_trees(trees: list[manifest.Tree], dest: Path) -> None:
+    """Create the scanned directories and copy the scanned files, nothing else."""
+    for tree in trees:
+        for entry in tree.dirs:  # parents first
+            (dest / entry.relative).mkdir()
+        for entry in tree.files:
+            _copy_file(entry, dest / entry.relative)
+        # The owner keeps full access (the next staging removes this copy); group and
+        # others keep what they had, at most read and list.
+        for entry in tree.dirs:
+            (dest / entry.relative).chmod(0o700 | stat.S_IMODE(entry.mode) & 0o055)
+
+
+def _download(dest: Path) -> None:
+    """cifar10 --download into ``dest``; what the archive unpacked is checked like a source
+    (regular files and directories only) and made readable by the export's clients."""
+    from torchvision.datasets import CIFAR10
+
+    CIFAR10(dest, train=True, download=True)
+    (dest / "cifar-10-python.tar.gz").unlink(missing_ok=True)
+    tree = manifest.scan(dest, PurePosixPath("."))
+    if tree.refused:
+        raise ConfigError("--download", "cifar10", f"the archive held entries staging does "
+                          f"not copy: {'; '.join(tree.refused)}; nothing was staged")
+    for entry in tree.files:
+        entry.path.chmod(0o644)
+    for entry in tree.dirs:
+        entry.path.chmod(0o755)
 
 
 def stage(args: argparse.Namespace, prog: str) -> int:
@@ -87,15 +151,18 @@ def stage(args: argparse.Namespace, prog: str) -> int:
     src = _check_source(args.dataset, args.src, args.download)
     # Staged beside the destination and renamed into place only when complete: a bad
     # --src or a failed copy leaves neither a half-filled directory nor a damaged old copy.
+    trees = _scan_sources(_sources(args.dataset, src, args.download), src)
     staging = args.export / f".{dest.name}.staging"
     _remove(staging, args.export)
     staging.mkdir(parents=True)
     try:
-        _stage_files(args.dataset, src, staging, args.download)
-        # The export is root-squashed: clients read as nobody, so everything is world-readable.
-        for path in [staging, *staging.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        # The export is root-squashed: clients read as nobody, hence a listable top.
+        staging.chmod(0o755)
+        if args.download:
+            _download(staging)
+        _copy_trees(trees, staging)
         manifest.write(staging)
+        (staging / manifest.MANIFEST_NAME).chmod(0o644)
         _remove(dest, args.export)
         staging.rename(dest)
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import ipaddress
 import json
 import os
 
@@ -16,6 +17,9 @@ import torch
 import torch.distributed as dist
 
 from bench.config import DistributedConfig
+
+# The variables that choose the interface gloo and NCCL listen and connect on.
+LOOPBACK_INTERFACE = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,9 +48,30 @@ def _env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def keep_local_jobs_on_loopback(world_size: int) -> None:
+    """Gloo and NCCL listen on one interface: the one named by GLOO_SOCKET_IFNAME and
+    NCCL_SOCKET_IFNAME, else whatever the host name resolves to, often a LAN address. A job
+    with one process, or whose master is a loopback address (no other host could reach
+    it, so every node is on this one), then uses loopback: nothing of it listens where
+    another host could connect. An interface the user named is kept."""
+    if world_size == 1 or _is_loopback(os.environ.get("MASTER_ADDR", "")):
+        for variable in LOOPBACK_INTERFACE:
+            os.environ.setdefault(variable, "lo")
+
+
 def init(cfg: DistributedConfig) -> DistContext:
     """Join the job described by the torchrun environment, with an explicit timeout."""
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    keep_local_jobs_on_loopback(world_size)
     local_rank = _env_int("LOCAL_RANK", 0)
     local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
     node_rank = _env_int("GROUP_RANK", _env_int("NODE_RANK", 0))

@@ -37,10 +37,12 @@ def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_por
     out = []
     for node in lab.nodes:
         job = node.rank < topology.nodes
-        # A neighbour is a one-node job of its own, on its own port.
+        # A neighbour is a one-node job of its own, on its own port. The rendezvous
+        # listens on its master's lab address only.
+        master_addr = lab.master_addr if job else node.address
         argv = native.torchrun_argv(
             topology if job else Topology(1, topology.procs_on(0)), node.rank if job else 0,
-            master_addr=lab.master_addr if job else node.address,
+            master_addr=master_addr, store_bind=master_addr,
             master_port=master_port if job else master_port + 1 + node.rank,
             rdzv_timeout=rdzv_timeout, job_id=job_id if job else f"{job_id}-n{node.rank}",
             results=str((results if job else neighbours_results or results).resolve()),
@@ -66,13 +68,14 @@ def run(topology: Topology, args: list[str], *, rate_bps: int, cpus_per_node: in
         master_port: int, job_id: str, results: Path, rdzv_timeout: int, module: str,
         deadline_s: float, log_dir: Path | None, lab_nodes: int | None = None) -> JobOutcome:
     hosts = max(topology.nodes, lab_nodes or 0)
-    with netlab.terminate_raises(), \
+    with netlab.terminate_raises(), native.job_temp_dir() as temp_dir, \
             netlab.Lab(hosts, rate_bps, cpus_per_node=cpus_per_node) as lab:
         print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
         nodes = commands(lab, topology, args, master_port=master_port, job_id=job_id,
                          results=results, rdzv_timeout=rdzv_timeout, module=module,
                          neighbours_results=(log_dir or results.parent) / "neighbours.jsonl")
-        outcome = run_nodes(nodes, deadline_s=deadline_s, log_dir=log_dir)
+        outcome = run_nodes(native.in_temp_dir(nodes, temp_dir), deadline_s=deadline_s,
+                            log_dir=log_dir)
     # The job's own nodes; a neighbour that failed is still the culprit (it stopped the job).
     outcome.nodes = outcome.nodes[:topology.nodes]
     return outcome
@@ -101,7 +104,8 @@ class NetnsLauncher:
         options = self.options
         argv = native.torchrun_argv(
             job.topology, "<node rank>", master_addr="<node 0's lab address>",
-            master_port=job.master_port, rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
+            store_bind="<node 0's lab address>", master_port=job.master_port,
+            rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
             results=str(job.results), trainer_args=list(job.workload_args),
             module=job.module)
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "

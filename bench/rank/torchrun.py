@@ -1,0 +1,56 @@
+"""torchrun, with node 0's rendezvous store listening on one address only.
+
+  python -m bench.rank.torchrun --store-bind 127.0.0.1 [torchrun's own flags...]
+
+torch's TCPStore server listens on every interface, whatever host name it is given: the
+libuv backend binds ``::`` (or ``0.0.0.0``) with the port alone (``UvTcpServer::
+makeWithPort`` in torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp), and torchrun has
+no flag to change that. A rendezvous on 127.0.0.1 would then accept connections from the
+whole network. TCPStore does take a socket already bound (``master_listen_fd``): this
+module binds one to the given address and hands it to the static rendezvous's store, then
+runs torchrun unchanged. The launchers that know every node is on this host (native,
+netns) start nodes through it; the others run torchrun itself.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from typing import Any
+
+from torch.distributed import TCPStore
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
+
+
+def listening_socket(address: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``address``:``port`` only."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return socket.create_server((address, port), family=family)
+
+
+def store_bound_to(address: str):
+    """A stand-in for TCPStore whose server (node 0's) listens on ``address`` only; a
+    client store is made as before."""
+    def make(host_name: str, port: int, world_size: int | None = None,
+             is_master: bool = False, *args: Any, **kwargs: Any) -> TCPStore:
+        if is_master:
+            # detach(): the store owns the descriptor from here and closes it.
+            kwargs["master_listen_fd"] = listening_socket(address, port).detach()
+        return TCPStore(host_name, port, world_size, is_master, *args, **kwargs)
+    return make
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Our flag comes first, and only there: torchrun's own flags and the workload's follow
+    # untouched (no parser of ours could take a workload flag for its own).
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] != "--store-bind":
+        sys.exit("usage: python -m bench.rank.torchrun --store-bind ADDRESS [torchrun flags]")
+    address = str(ipaddress.ip_address(args[1]))
+    static_tcp_rendezvous.TCPStore = store_bound_to(address)
+    torchrun.main(args[2:])
+
+
+if __name__ == "__main__":
+    main()
