@@ -34,6 +34,7 @@ from bench import record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
+from bench.paths import MARK_COMMENT, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
 from bench.units import parse_rate, parse_size  # noqa: E402
 
@@ -126,7 +127,12 @@ def main() -> int:
     except ConfigError as error:  # a results file missing or holding no valid record
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2
-    (a.out / "accuracy.md").write_text(text + "\n")
+    try:  # never over a file bench did not make, nor through a link (paths.write_output)
+        write_output(a.out / "accuracy.md", f"{MARK_COMMENT}\n{text}\n", setting="--out",
+                     fix="give --out another directory")
+    except ConfigError as error:
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
+        return 2
     print(text)
     return 0
 
