@@ -263,6 +263,32 @@ def test_a_full_disk_costs_the_file_nothing_and_the_record_is_printed(tmp_path):
         assert "No space left on device" in failure_cause([line])[1]
 
 
+@pytest.mark.e2e
+def test_a_matrix_on_a_full_disk_ends_with_its_ranks_and_names_the_cause(tmp_path):
+    """The logs, the trainer's own copy and the matrix's row all hit the full disk: the job
+    still ends when its rank does (not at its deadline), and the row, printed instead,
+    keeps the measurement and says why it is not in the file."""
+    with tiny_tmpfs(tmp_path / "disk") as disk:
+        with contextlib.suppress(OSError):
+            (disk / "filler").write_bytes(b"\0" * 256 * 1024)
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench", "matrix", "--topologies", "1x1", "--models",
+             "smallcnn", "--batch-sizes", "8", "--deadline", "240", "--results",
+             str(disk / "runs.jsonl"), "--", "--steps", "3", "--warmup-steps", "1",
+             "--log-every", "0"],
+            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert elapsed < 120, f"the job waited for its deadline: {elapsed:.0f} s"
+    (rec,) = record.parse_stdout(proc.stdout)
+    validate(rec)
+    assert rec["status"] == "ok" and rec["error"] is None
+    assert "No space left on device" in rec["record_error"], rec["record_error"]
+    assert "No space left on device" in rec["matrix"]["log_errors"]["node0"]
+    assert "could not append to" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # --- stdout going away ----------------------------------------------------------------------
 
 def test_a_closed_stdout_costs_no_record(tmp_path):

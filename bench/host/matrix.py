@@ -516,7 +516,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                 continue
             jobs.append((index, cell, repeat, train_cfg))
     jobs = in_order(cfg, jobs)
-    failures, durations = [], []
+    failures, durations, unwritten = [], [], 0
     for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
             else "unknown"
@@ -554,7 +554,8 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
         lost_logs = {n.host: n.log_error for n in outcome.nodes if n.log_error}
         if lost_logs:
             section["log_errors"] = lost_logs
-        _write_row(cfg, rec, section)
+        if not _write_row(cfg, rec, section):
+            unwritten += 1
         status = rec["status"]
         print((f"[matrix] cell {index} repeat {repeat}:" if cfg.verbose else "")
               + f" {status}" + (f" ({rec['error']}; logs: {job.log_dir})" if status != "ok"
@@ -565,13 +566,16 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
             failures.append((index, cell, repeat, rec))
     print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
           file=sys.stderr)
+    if unwritten:
+        print(f"[matrix] {unwritten} row(s) could not be appended to {cfg.results}: they were "
+              "printed on stdout after the marker", file=sys.stderr)
     if failures:
         print("[matrix] failed cells:", file=sys.stderr)
         for index, cell, repeat, rec in failures:
             print(f"  cell {index} ({cell.label()}) repeat {repeat}: {rec['status']}: "
                   f"{rec['error']}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if unwritten else 0
 
 
 def _matrix_section(cfg: MatrixConfig, matrix_id: str, index: int, repeat: int, cell: Cell,
@@ -584,17 +588,20 @@ def _matrix_section(cfg: MatrixConfig, matrix_id: str, index: int, repeat: int, 
             "logs": str(job_log_dir(cfg, job_id)), "launched_at": launched}
 
 
-def _write_row(cfg: MatrixConfig, rec: dict, section: dict) -> None:
-    """Append the job's row with its matrix section; on a full disk, print it instead."""
+def _write_row(cfg: MatrixConfig, rec: dict, section: dict) -> bool:
+    """Append the job's row with its matrix section; on a full disk, print it on stdout
+    instead and return False."""
     recorded = time.time()
     rec["matrix"] = {**section, "recorded_at": recorded,
                      **launch_overhead(rec, section["launched_at"], recorded)}
     try:
         record.append(cfg.results, rec)
     except OSError as error:  # a full disk: keep the row where it can be recovered
-        print(f"\n[matrix] could not append to {cfg.results} ({error}); the record:",
-              file=sys.stderr)
-        record.emit(rec, sys.stderr)
+        _say(f"\n[matrix] could not append to {cfg.results} ({error}); the record:")
+        with contextlib.suppress(OSError, ValueError):   # stdout gone too: nothing left
+            record.emit(rec)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
