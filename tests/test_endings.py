@@ -133,6 +133,90 @@ def test_run_nodes_sees_a_stopped_node_at_the_deadline():
     assert "node0 (node 0) was stopped (SIGSTOP)" in rec["error"]
 
 
+def _worker(marker: Path, rank: int) -> int | None:
+    """The pid of the rank-``rank`` trainer process whose command line holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench.rank.train" in cmdline and b"torch.distributed.run" not in cmdline \
+                and str(marker).encode() in b" ".join(cmdline) \
+                and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def _agent(marker: Path, node_rank: int) -> int | None:
+    """The pid of node ``node_rank``'s torchrun agent whose command line holds ``marker``."""
+    for pid in _processes_naming(str(marker)):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"torch.distributed.run" in cmdline and \
+                cmdline[cmdline.index(b"--node_rank") + 1] == str(node_rank).encode():
+            return pid
+    return None
+
+
+def _matrix(tmp_path: Path, topology: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", "matrix", "--topologies", topology, "--models",
+         "smallcnn", "--batch-sizes", "8", "--results", str(tmp_path / "runs.jsonl"), *extra],
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _when_training(tmp_path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while not _rank_running(tmp_path) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+    assert _rank_running(tmp_path), "the job never started training"
+
+
+@pytest.mark.e2e
+def test_a_real_rank_killed_by_sigkill_is_named(tmp_path):
+    proc = _matrix(tmp_path, "1x2", "--deadline", "200", "--", "--steps", "1000000",
+                   "--warmup-steps", "1", "--log-every", "0")
+    try:
+        _when_training(tmp_path, proc)
+        os.kill(_worker(tmp_path, 1), signal.SIGKILL)
+        _, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    (rec,) = record.load(tmp_path / "runs.jsonl")
+    validate(rec)
+    assert rec["error"].startswith("node0 (node 0) exited 1: rank 1 killed by SIGKILL"), \
+        rec["error"]
+
+
+@pytest.mark.e2e
+def test_a_real_stopped_agent_is_named_and_the_measurement_kept(tmp_path):
+    """Node 1's torchrun agent stopped (SIGSTOP) while its rank trains on: the job never
+    ends, the deadline names node 1 as stopped, and rank 0's figures stay in an ok row."""
+    proc = _matrix(tmp_path, "2x1", "--deadline", "60", "--", "--steps", "300",
+                   "--warmup-steps", "1", "--log-every", "0")
+    try:
+        _when_training(tmp_path, proc)
+        os.kill(_agent(tmp_path, 1), signal.SIGSTOP)
+        _, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (rec,) = record.load(tmp_path / "runs.jsonl")
+    validate(rec)
+    assert rec["status"] == "ok" and rec["samples_per_s"] > 0, rec["error"]
+    cause = rec["record_error"]
+    assert "node1 (node 1) was stopped (SIGSTOP)" in cause, cause
+    assert "{" not in cause, cause
+    assert _processes_naming(str(tmp_path)) == [], "nothing is left running"
+
+
 # --- a rank that measured but could not write its copy -----------------------------------
 
 def test_a_measured_record_with_an_unwritten_copy_is_a_valid_ok_row(tmp_path):
