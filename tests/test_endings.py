@@ -551,3 +551,42 @@ def test_the_shield_is_a_no_op_off_the_main_thread():
     worker.start()
     worker.join()
     assert errors == []
+
+
+# --- properties: what the cause parser reads ---------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
+                max_size=200)
+
+
+@given(before=st.lists(_LINE, max_size=8), after=st.lists(_LINE, max_size=8),
+       secret=st.text(min_size=1, max_size=50))
+def test_a_printed_record_never_becomes_a_cause(before, after, secret):
+    """Whatever a node printed around it, no part of a record printed after its marker is
+    ever the cause (its error field included)."""
+    rec = {"status": "error", "error": f"Error: {secret}", "mode": "steps"}
+    lines = [*before, record.MARKER, record.dumps(rec), *after]
+    _, cause = failure_cause(lines)
+    assert record.dumps(rec) not in cause
+    # The cause is a piece of a line the node printed itself, or torchrun's report read.
+    assert cause == "" or cause.startswith("rank ") or \
+        any(cause in line for line in before + after), cause
+
+
+_SIGNALS = st.sampled_from([s for s in signal.Signals if s.value < 32])
+
+
+@given(rank=st.integers(0, 4095), sig=_SIGNALS, other=st.integers(0, 4095),
+       noise=st.lists(_LINE, max_size=6))
+def test_torchrun_reports_of_a_signalled_rank_name_it(rank, sig, other, noise):
+    report = ["Failures:", "[1]:", f"  rank      : {other} (local_rank: 0)",
+              "  exitcode  : -15 (pid: 1)  (SIGTERM)", "Root Cause (first observed failure):",
+              "[0]:", "  time      : 2026-11-25_13:10:55", "  host      : h",
+              f"  rank      : {rank} (local_rank: {rank})",
+              f"  exitcode  : {-sig.value} (pid: 20766)  ({sig.name})", "==="]
+    assert killed_rank([*noise, *report]) == f"rank {rank} killed by {sig.name}"
+    exited = [*report[:-2], "  exitcode  : 1 (pid: 2)", "==="]
+    assert killed_rank([*noise, *exited]) is None, "a rank that exited is not 'killed'"
