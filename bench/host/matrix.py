@@ -11,7 +11,10 @@ link shaped to that rate (root; see bench/netlab.py).
 
 Each repeat of a cell is one job through the chosen launcher. Records are appended
 as jobs finish; a failed, OOM or timed-out job is recorded with its reason (the node that
-failed and its last lines) and the matrix goes on. ``--resume`` skips repeats that already
+failed and its last lines) and the matrix goes on. Ctrl-C, SIGTERM or SIGHUP stop every
+node and rank, record the running job as interrupted, write the report and exit 130, 143
+or 129. Each job leases its port above --master-port (bench/host/ports.py), so two
+matrices on one host never share one. ``--resume`` skips repeats that already
 have an ok record for the same config hash and topology.
 """
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every launcher (native torchrun, Compose, SSH) reduces a job to one command per node; this
 module starts them, streams each node's output with its host as prefix (and into
 ``<log_dir>/<host>.log``), and once any node fails, the deadline passes or the user presses
-Ctrl-C, stops the rest and calls the launcher's own clean-up. A background node (an
+Ctrl-C (or SIGTERM/SIGHUP arrive as SystemExit, see ``netlab.terminate_raises``), stops the
+rest, shielded from a second signal, and calls the launcher's own clean-up. A background node (an
 emulated host's busy neighbour) runs while the job does: the job is over when every other
 node has ended, and the background ones are then stopped, which is not a failure.
 """
