@@ -404,6 +404,20 @@ def test_two_matrices_never_lease_the_same_port():
         assert int(other.stdout) != held, other.stderr
 
 
+def test_two_matrices_jobs_with_the_same_master_port_get_different_ports(tmp_path):
+    """Two matrices started alike: job 1 of each would have taken the same port."""
+    def config(name: str) -> matrix.MatrixConfig:
+        return matrix.MatrixConfig.from_args(
+            ["--models", "smallcnn", "--master-port", "29800", "--results",
+             str(tmp_path / name), "--", "--steps", "2"], "bench matrix")
+
+    first, second = config("a.jsonl"), config("b.jsonl")
+    assert matrix.preferred_port(first, 1) == matrix.preferred_port(second, 1)
+    with matrix.lease_port(first, 1) as one, matrix.lease_port(second, 1) as other:
+        assert one != other
+        assert 29800 <= min(one, other) and max(one, other) < 29800 + matrix.PORT_SPAN
+
+
 def test_a_port_bound_by_another_program_is_passed_over():
     import socket
 
