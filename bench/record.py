@@ -96,7 +96,9 @@ def append(path: Path, record: dict) -> None:
 
     An exclusive lock serialises writers; the line goes out in one write(). If an earlier
     writer was killed mid-line, the file does not end in a newline: ours starts with one,
-    so the torn fragment stays on its own (skipped) line and this record stays whole.
+    so the torn fragment stays on its own (skipped) line and this record stays whole. A
+    write that fails part-way (a full disk) is rolled back: the file is cut back to the
+    size it had, so it never holds a torn line of ours, and the OSError is raised.
     """
     line = (dumps(record) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,12 +108,32 @@ def append(path: Path, record: dict) -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
-        written = 0
-        while written < len(line):  # write() may be partial on signals or full disks
-            written += os.write(fd, line[written:])
-        os.fsync(fd)
+        try:
+            _write_all(fd, line)
+        except OSError:
+            _truncate_quietly(fd, size)
+            raise
     finally:
         os.close(fd)  # also releases the lock
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data``, then fsync: write() may be partial on signals or full disks,
+    and a full disk may only show at fsync."""
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+    os.fsync(fd)
+
+
+def _truncate_quietly(fd: int, size: int) -> None:
+    """Cut the file back to ``size``: what a failed append wrote is taken back. Truncating
+    frees blocks, so it works on a full disk; if it fails too, the torn line stays (readers
+    skip it) and the append's own error is the one reported."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def emit(record: dict, stream=None) -> None:

@@ -78,7 +78,9 @@ def test_a_deadline_is_a_timeout_with_the_last_output():
     rec = describe_failure({"status": "error", "error": NO_RECORD},
                            JobOutcome([node], timed_out=True, seconds=60.0), 60)
     assert rec["status"] == "timeout"
-    assert rec["error"] == "the job passed its deadline of 60 s; last output: [bench] step 7/100000"
+    # The row names the node still running at the deadline (it was stopped only then).
+    assert rec["error"] == ("the job passed its deadline of 60 s; still running: node0 "
+                            "(node 0); last output: [bench] step 7/100000")
 
 
 def test_the_root_cause_is_not_the_node_that_only_lost_its_peer():

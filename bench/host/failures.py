@@ -10,24 +10,28 @@ an error.
 from __future__ import annotations
 
 import re
+import signal
 
 from bench import provenance
 from bench.host.outcome import JobOutcome
-from bench.record import STATUSES
+from bench.record import MARKER, STATUSES
 from bench.topology import Topology
 
 # What ``bench.rank.job`` prints on any rank whose measurement failed.
 _FAILED_LINE = re.compile(r"bench (?:train|allreduce): FAILED \((\w+)\): (.*?)"
                           r"(?:; (?:record appended to|rank 0 writes|could not append).*)?$")
-# Lines that carry no cause: torchrun's ChildFailedError banner and its boilerplate.
+# What ``bench.rank.job`` prints when rank 0 measured but could not append its record.
+_UNWRITTEN_LINE = re.compile(r"bench (?:train|allreduce): measured, but (could not append .*?)"
+                             r"(?:; it was printed.*|; stdout is closed.*)?$")
 # A user error a rank refused before it could start (``bench.rank.job.main``).
 _USER_ERROR = re.compile(r"(bench (?:train|allreduce): error: .*)$")
+# Lines that carry no cause: torchrun's ChildFailedError banner and its boilerplate.
 _NOISE = re.compile(r"^\s*(?:=+|-+|Failures:|<NO_OTHER_FAILURES>|Root Cause.*|"
                     r".*ChildFailedError.*|.*torch\.distributed\.elastic.*|"
                     r"Traceback \(most recent call last\):|File \".*\", line \d+.*|"
                     r"\[\d+\]:|time\s*:.*|host\s*:.*|rank\s*:.*|exitcode\s*:.*|"
                     r"error_file\s*:.*|traceback\s*:.*|.*To enable traceback see.*|"
-                    r"\S+ FAILED)\s*$")
+                    r"\S+ FAILED|[\s~^]*\^[\s~^]*)\s*$")
 NO_RECORD = "no node wrote a record"
 _ERRORISH = re.compile(r"Error|error:|Exception|timed out|Timeout|Killed|refused|"
                        r"No such|not found|denied", re.IGNORECASE)
@@ -46,20 +50,86 @@ def peer_lost(lines: list[str]) -> bool:
 def failure_cause(lines: list[str]) -> tuple[str | None, str]:
     """(status the trainer reported or None, the most telling line) of a node's output.
     Of the ranks on the node that said they failed, the first that failed on its own (an
-    OOM on rank 1) is the cause, not the rank that then lost it as a peer."""
+    OOM on rank 1) is the cause, not the rank that then lost it as a peer; a rank killed by
+    a signal (which prints nothing) is named from torchrun's root cause, before a rank that
+    only lost it."""
     verdicts = [(match.group(1), match.group(2).strip())
                 for match in map(_FAILED_LINE.search, lines)
-                if match and match.group(1) in STATUSES]
+                if match and match.group(1) in STATUSES and match.group(1) != "ok"]
+    own = next((v for v in verdicts if not peer_lost([v[1]])), None)
+    if own:
+        return own
+    unwritten = next((m.group(1) for m in map(_UNWRITTEN_LINE.search, reversed(lines)) if m),
+                     None)
+    if unwritten:
+        return None, unwritten
+    killed = killed_rank(lines)
+    if killed:
+        return None, killed
     if verdicts:
-        return next((v for v in verdicts if not peer_lost([v[1]])), verdicts[-1])
+        return verdicts[-1]
     for line in reversed(lines):
         match = _USER_ERROR.search(line)
         if match:
             return "error", match.group(1)
-    meaningful = [line.strip() for line in lines if line.strip() and not _NOISE.match(line)]
+    meaningful = [line.strip() for line in _without_records(lines)
+                  if line.strip() and not _NOISE.match(line)]
     errorish = [line for line in meaningful if _ERRORISH.search(line)]
     chosen = errorish[-1] if errorish else (meaningful[-1] if meaningful else "")
     return None, chosen
+
+
+# torchrun's report of a failed rank: its rank, then its exit code and signal.
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_RANK_LINE = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT_LINE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def killed_rank(lines: list[str]) -> str | None:
+    """"rank 1 killed by SIGKILL" where torchrun's root cause is a rank a signal ended (the
+    OOM killer, a user's kill): such a rank printed nothing, and the lines around the
+    report are torchrun's own traceback."""
+    start = max((i for i, line in enumerate(lines) if _ROOT_CAUSE in line), default=None)
+    if start is None:
+        return None
+    rank = code = None
+    for line in lines[start + 1:]:
+        if rank is None and (match := _RANK_LINE.match(line)):
+            rank = int(match.group(1))
+        elif rank is not None and (match := _EXIT_LINE.match(line)):
+            code = int(match.group(1))
+            break
+    if rank is None or code is None or code >= 0:
+        return None
+    return f"rank {rank} killed by {signal_name(-code)}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _without_records(lines: list[str]) -> list[str]:
+    """The lines, less every record printed after its marker (and the marker): a record's
+    JSON holds words like "error" but is data, never a cause."""
+    kept, after_marker = [], False
+    for line in lines:
+        if line.rstrip("\n") == MARKER:
+            after_marker = True
+            continue
+        if not after_marker and not line.lstrip().startswith('{"'):
+            kept.append(line)
+        after_marker = False
+    return kept
+
+
+def exit_text(returncode: int | None) -> str:
+    """How a node's process ended: "exited 1", "killed by SIGKILL"."""
+    if returncode is not None and returncode < 0:
+        return f"killed by {signal_name(-returncode)}"
+    return f"exited {returncode}"
 
 
 def failure_record(cfg, topology: Topology) -> dict:
@@ -89,7 +159,20 @@ _SCHEDULER_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY
 
 def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     """Name the node that failed first, its status and its real cause, in the record; for a
-    job a scheduler ran, its own end state and reason too."""
+    job a scheduler ran, its own end state and reason too. A record rank 0 wrote with
+    status ok holds a whole measurement (every collective of it succeeded): it stays ok,
+    and what went wrong after it (its own copy not written, a node stuck at the end) goes
+    to ``record_error``, so the row stays valid and the figures are kept."""
+    if rec.get("status") == "ok":
+        failed = _describe(dict(rec, status="error", error=NO_RECORD), outcome, deadline_s)
+        rec = dict(rec, record_error=failed["error"])
+        if "failed_node" in failed:
+            rec["failed_node"] = failed["failed_node"]
+        return rec
+    return _describe(rec, outcome, deadline_s)
+
+
+def _describe(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     rec = _describe_nodes(rec, outcome, deadline_s)
     scheduler = outcome.scheduler
     if scheduler:
@@ -107,6 +190,18 @@ def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     return rec
 
 
+def _at_deadline(outcome: JobOutcome, deadline_s: float) -> str:
+    """Why a job passed its deadline: the nodes still running then (a stopped one said so),
+    and the last line that reads like a cause."""
+    still = [n for n in outcome.nodes if n.returncode != 0]
+    named = ", ".join(f"{n.host} (node {n.rank})" + (" was stopped (SIGSTOP)" if n.stopped
+                                                     else "") for n in still)
+    last = next((failure_cause(n.output)[1] for n in still if n.output), "")
+    return (f"the job passed its deadline of {deadline_s:.0f} s"
+            + (f"; still running: {named}" if named else "")
+            + (f"; last output: {last[:300]}" if last else ""))
+
+
 def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
     node = outcome.culprit
     if node is None and not outcome.timed_out:  # a scheduler ended it; no node said why
@@ -114,13 +209,11 @@ def _describe_nodes(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
         return rec
     if node is None:  # nobody failed: the deadline stopped them
         rec["status"] = "timeout"
-        still = [n for n in outcome.nodes if n.returncode != 0]
-        last = next((failure_cause(n.output)[1] for n in still if n.output), "")
-        rec["error"] = (f"the job passed its deadline of {deadline_s:.0f} s"
-                        + (f"; last output: {last[:300]}" if last else ""))
+        rec["error"] = _at_deadline(outcome, deadline_s)
         return rec
     status, cause = failure_cause(node.output or node.last_lines)
-    reason = f"{node.host} (node {node.rank}) exited {node.returncode}: {cause[:300]}"
+    reason = f"{node.host} (node {node.rank}) {exit_text(node.returncode)}" \
+        + (f": {cause[:300]}" if cause else "")
     # What rank 0's own record said, if it wrote one that failed.
     trainer_said = rec.get("error") if rec.get("status") != "ok" else None
     if trainer_said == NO_RECORD:

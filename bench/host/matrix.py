@@ -11,15 +11,20 @@ link shaped to that rate (root; see bench/netlab.py).
 
 Each repeat of a cell is one job through the chosen launcher. Records are appended
 as jobs finish; a failed, OOM or timed-out job is recorded with its reason (the node that
-failed and its last lines) and the matrix goes on. ``--resume`` skips repeats that already
+failed and its last lines) and the matrix goes on. Ctrl-C, SIGTERM or SIGHUP stop every
+node and rank, record the running job as interrupted, write the report and exit 130, 143
+or 129. Each job leases its port above --master-port (bench/host/ports.py), so two
+matrices on one host never share one. ``--resume`` skips repeats that already
 have an ok record for the same config hash and topology.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -36,10 +41,11 @@ from bench.config import (
     OneLineErrorParser,
     TrainConfig,
 )
-from bench.host import gpus
+from bench.host import gpus, ports
 from bench.host.failures import describe_failure, failure_record
 from bench.host.launchers import LAUNCHERS, JobSpec, Launcher
-from bench.host.launchers.nodes import CONSOLE
+from bench.host.launchers.nodes import CONSOLE, shielded
+from bench.host.netlab import terminate_raises
 from bench.options import (
     MAX_PORT,
     MIN_PORT,
@@ -66,6 +72,10 @@ DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
                    "--precision": "--precisions", "--backend": "--backends",
                    "--comm-hook": "--comm-hooks", "--grad-accum": "--grad-accums",
                    "--strategy": "--strategies"}
+# Trainer flags the matrix sets for every job itself, and why they cannot be given after --.
+OWNED_FLAGS = {"--results": "the matrix owns the results path: give --results before --"}
+# Launchers whose nodes run on this host: a job's port is probed here before it starts.
+LOCAL_LAUNCHERS = ("native", "compose")
 # Matrix flags that only mean something on Kubernetes.
 K8S_FLAGS = ("k8s_kind", "namespace", "kube_context", "results_claim", "results_host_path",
              "shm_size")
@@ -307,6 +317,7 @@ class MatrixConfig:
         # is the cell's resume key, whatever the nodes resolve "auto" to.
         with on_head():
             configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
+            refuse_owned_flags(parse, cells[0].trainer_args(trainer_args), prog, a.results)
         if a.launcher in ("native", "netns"):
             for cell in cells:
                 parse(cell.trainer_args(trainer_args), prog)
@@ -329,6 +340,19 @@ class MatrixConfig:
                    launcher=a.launcher, launcher_options=options, workload=a.workload,
                    link_bps=link_bps, interleave=a.interleave, verbose=a.verbose,
                    dry_run=a.dry_run)
+
+
+def refuse_owned_flags(parse, args: list[str], prog: str, results: Path) -> None:
+    """ConfigError when the flags after -- set one the matrix sets itself (--results),
+    however it is spelt (``--results=F``, or an abbreviation argparse would take): they are
+    parsed once more behind the matrix's own value, and whatever the parser ends with
+    there came from the user."""
+    owned = results.with_name(results.name + ".owned-by-the-matrix")
+    for flag, why in OWNED_FLAGS.items():
+        parsed = parse([flag, str(owned), *args], prog)
+        given = parsed.output.results if hasattr(parsed, "output") else parsed.results
+        if Path(given) != owned:
+            raise ConfigError(flag, f"{given} (after --)", why)
 
 
 def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
@@ -403,14 +427,30 @@ def _eta(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def job_spec(cfg: MatrixConfig, cell: Cell, job_id: str, number: int) -> JobSpec:
+def preferred_port(cfg: MatrixConfig, number: int) -> int:
+    """Job ``number``'s first choice of port: each job a fresh one above --master-port (no
+    TIME_WAIT collisions with the job before)."""
+    return cfg.master_port + (number % (PORT_SPAN // ports.STEP)) * ports.STEP
+
+
+def lease_port(cfg: MatrixConfig, number: int):
+    """Job ``number``'s port, held for the job: none that another matrix's job on this host
+    holds, and for nodes on this host none that is bound here (``bench.host.ports``)."""
+    return ports.lease(preferred_port(cfg, number), low=cfg.master_port, span=PORT_SPAN,
+                       probe_host="127.0.0.1" if cfg.launcher in LOCAL_LAUNCHERS else None)
+
+
+def job_log_dir(cfg: MatrixConfig, job_id: str) -> Path:
+    return cfg.results.parent / "logs" / job_id
+
+
+def job_spec(cfg: MatrixConfig, cell: Cell, job_id: str, master_port: int) -> JobSpec:
     """The job of one repeat of a cell: its logs and record under the results' directory,
-    and a fresh port (no TIME_WAIT collisions with the job before)."""
-    log_dir = cfg.results.parent / "logs" / job_id
+    on ``master_port``."""
+    log_dir = job_log_dir(cfg, job_id)
     return JobSpec(job_id=job_id, module=cfg.module,
                    workload_args=tuple(cell.trainer_args(cfg.trainer_args)),
-                   topology=cell.topology,
-                   master_port=cfg.master_port + (number % (PORT_SPAN // 2)) * 2,
+                   topology=cell.topology, master_port=master_port,
                    rdzv_timeout=cfg.rdzv_timeout, results=log_dir / "trainer.jsonl",
                    log_dir=log_dir, deadline_s=cfg.deadline_s)
 
@@ -422,7 +462,7 @@ def render(cfg: MatrixConfig, launcher: Launcher) -> str:
     jobs = [(index, cell, repeat) for index, cell in enumerate(cfg.cells, 1)
             for repeat in range(1, cfg.repeats + 1)]
     for index, cell, repeat in in_order(cfg, jobs):
-        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", index)
+        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", preferred_port(cfg, index))
         parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
                      f"({launcher.name})\n{launcher.render(job)}")
     return "\n\n".join(parts)
@@ -434,8 +474,42 @@ def in_order(cfg: MatrixConfig, jobs: list[tuple]) -> list[tuple]:
     return sorted(jobs, key=lambda job: (job[2], job[0])) if cfg.interleave else jobs
 
 
+class Interrupted(Exception):
+    """The matrix was stopped (Ctrl-C, SIGTERM, SIGHUP) during a job, whose row is written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum   # what a shell reports for a process the signal ended
+
+
+STOPPING = (signal.SIGTERM, signal.SIGHUP)   # what ``terminate_raises`` makes SystemExit of
+
+
+def interruption_signal(stop: BaseException) -> int | None:
+    """The signal behind a KeyboardInterrupt (SIGINT) or the SystemExit that
+    ``netlab.terminate_raises`` makes of SIGTERM and SIGHUP (128 + the signal); None for
+    any other SystemExit."""
+    if isinstance(stop, KeyboardInterrupt):
+        return signal.SIGINT
+    code = stop.code if isinstance(stop, SystemExit) else None
+    return code - 128 if code in [128 + sig for sig in STOPPING] else None
+
+
+def interrupted_record(train_cfg, cell: Cell, signum: int) -> dict:
+    """The row of the job that was running when the matrix was stopped."""
+    rec = failure_record(train_cfg, cell.topology)
+    rec["error"] = (f"interrupted: bench matrix received {signal.Signals(signum).name} during "
+                    "this job, and stopped every node and rank")
+    return rec
+
+
 def run(cfg: MatrixConfig, launcher: Launcher) -> int:
-    """Run every job through ``launcher``; one row per job, whatever happens to it."""
+    """Run every job through ``launcher``; one row per job, whatever happens to it. Raises
+    Interrupted, after the running job's row, when the matrix is stopped."""
     matrix_id = record.new_run_id()
     done = finished_repeats(cfg.results) if cfg.resume else {}
     jobs = []
@@ -448,7 +522,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                 continue
             jobs.append((index, cell, repeat, train_cfg))
     jobs = in_order(cfg, jobs)
-    failures, durations = [], []
+    failures, durations, unwritten = [], [], 0
     for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
             else "unknown"
@@ -457,45 +531,83 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
         print(f"[matrix] job {number}/{len(jobs)} (ETA {eta}): cell {index} {cell.label()} "
               f"repeat {repeat}/{cfg.repeats}", end="\n" if cfg.verbose else " ...",
               file=sys.stderr, flush=True)
-        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", number)
-        log_dir = job.log_dir
+        job_id = f"{matrix_id}-c{index}r{repeat}"
         launched = time.time()
-        outcome = launcher.launch(job)
+        try:
+            with lease_port(cfg, number) as port:
+                job = job_spec(cfg, cell, job_id, port)
+                outcome = launcher.launch(job)
+        except (KeyboardInterrupt, SystemExit) as stop:
+            # The launcher stopped every node on its way out; this job still gets its row.
+            signum = interruption_signal(stop)
+            if signum is None:
+                raise
+            with shielded():
+                rec = interrupted_record(train_cfg, cell, signum)
+                _write_row(cfg, rec, _matrix_section(cfg, matrix_id, index, repeat, cell,
+                                                     train_cfg, job_id, launched))
+                _say(f"\n[matrix] interrupted by {signal.Signals(signum).name}: every node "
+                     f"was stopped; job {number}/{len(jobs)} recorded as {rec['status']} in "
+                     f"{cfg.results}")
+            raise Interrupted(signum) from None
         durations.append(outcome.seconds)
         records = outcome.records()
         rec = records[0] if records else failure_record(train_cfg, cell.topology)
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
-        recorded = time.time()
-        rec["matrix"] = {"id": matrix_id, "cell": index, "repeat": repeat,
-                         "config_hash": train_cfg.hash(),
-                         "launcher": cfg.launcher, "topology": str(cell.topology),
-                         "link_bps": cfg.link_bps,
-                         **({"scheduler": outcome.scheduler} if outcome.scheduler else {}),
-                         "logs": str(log_dir), "launched_at": launched,
-                         "recorded_at": recorded, **launch_overhead(rec, launched, recorded)}
-        try:
-            record.append(cfg.results, rec)
-        except OSError as error:  # a full disk: keep the row where it can be recovered
-            print(f"\n[matrix] could not append to {cfg.results} ({error}); the record:",
-                  file=sys.stderr)
-            record.emit(rec)
+        section = _matrix_section(cfg, matrix_id, index, repeat, cell, train_cfg, job_id,
+                                  launched, outcome.scheduler)
+        lost_logs = {n.host: n.log_error for n in outcome.nodes if n.log_error}
+        if lost_logs:
+            section["log_errors"] = lost_logs
+        if not _write_row(cfg, rec, section):
+            unwritten += 1
         status = rec["status"]
         print((f"[matrix] cell {index} repeat {repeat}:" if cfg.verbose else "")
-              + f" {status}" + (f" ({rec['error']}; logs: {log_dir})" if status != "ok"
+              + f" {status}" + (f" ({rec['error']}; logs: {job.log_dir})" if status != "ok"
                                 else f", {_headline(rec)}")
+              + (f" (but {rec['record_error']})" if rec.get("record_error") else "")
               + f" in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
         if status != "ok":
             failures.append((index, cell, repeat, rec))
     print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
           file=sys.stderr)
+    if unwritten:
+        print(f"[matrix] {unwritten} row(s) could not be appended to {cfg.results}: they were "
+              "printed on stdout after the marker", file=sys.stderr)
     if failures:
         print("[matrix] failed cells:", file=sys.stderr)
         for index, cell, repeat, rec in failures:
             print(f"  cell {index} ({cell.label()}) repeat {repeat}: {rec['status']}: "
                   f"{rec['error']}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if unwritten else 0
+
+
+def _matrix_section(cfg: MatrixConfig, matrix_id: str, index: int, repeat: int, cell: Cell,
+                    train_cfg, job_id: str, launched: float,
+                    scheduler: dict | None = None) -> dict:
+    return {"id": matrix_id, "cell": index, "repeat": repeat,
+            "config_hash": train_cfg.hash(), "launcher": cfg.launcher,
+            "topology": str(cell.topology), "link_bps": cfg.link_bps,
+            **({"scheduler": scheduler} if scheduler else {}),
+            "logs": str(job_log_dir(cfg, job_id)), "launched_at": launched}
+
+
+def _write_row(cfg: MatrixConfig, rec: dict, section: dict) -> bool:
+    """Append the job's row with its matrix section; on a full disk, print it on stdout
+    instead and return False."""
+    recorded = time.time()
+    rec["matrix"] = {**section, "recorded_at": recorded,
+                     **launch_overhead(rec, section["launched_at"], recorded)}
+    try:
+        record.append(cfg.results, rec)
+    except OSError as error:  # a full disk: keep the row where it can be recovered
+        _say(f"\n[matrix] could not append to {cfg.results} ({error}); the record:")
+        with contextlib.suppress(OSError, ValueError):   # stdout gone too: nothing left
+            record.emit(rec)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
@@ -514,9 +626,19 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
         return 2
     CONSOLE.echo = cfg.verbose
     started = time.monotonic()
-    code = run(cfg, launcher)
-    print(f"[matrix] finished in {_eta(time.monotonic() - started)}", file=sys.stderr)
-    _report(cfg.results)
+    # SIGTERM and SIGHUP (Slurm, Kubernetes, a closed terminal) end the matrix as Ctrl-C
+    # does: every node stopped, the running job's row and the report written.
+    with terminate_raises():
+        try:
+            code = run(cfg, launcher)
+        except Interrupted as stop:
+            code = stop.exit_code
+        except ports.NoFreePort as error:
+            print(f"\n{prog}: error: {error}", file=sys.stderr)
+            code = 2
+        with shielded(), contextlib.suppress(OSError):  # a closed terminal (SIGHUP) says nothing
+            _say(f"[matrix] finished in {_eta(time.monotonic() - started)}")
+            _report(cfg.results)
     return code
 
 
@@ -531,6 +653,12 @@ def _check_report_paths(results: Path) -> None:
         check_output(page, "--results", (results,), report.FIX)
 
 
+def _say(line: str) -> None:
+    """A line on stderr, which a closed terminal (SIGHUP) may have taken away."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def _report(results: Path) -> None:
     """The page beside the results; a report that cannot be made costs no measurement."""
     from bench.analysis import report
@@ -538,9 +666,9 @@ def _report(results: Path) -> None:
     try:
         md, page = report.write(results)
     except (ConfigError, OSError, ValueError) as error:
-        print(f"[matrix] no report: {error}", file=sys.stderr)
+        _say(f"[matrix] no report: {error}")
         return
-    print(f"[matrix] report: {md} and {page}", file=sys.stderr)
+    _say(f"[matrix] report: {md} and {page}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ class NodeOutcome:
     returncode: int | None
     last_lines: list[str]
     output: list[str]          # every line, for the record after the marker
+    # Found stopped (SIGSTOP, state T) when the deadline passed: why it never ended.
+    stopped: bool = False
+    # Why its log stopped being written (a full disk); its output was still read.
+    log_error: str | None = None
 
     @property
     def ok(self) -> bool:

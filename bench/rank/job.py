@@ -128,16 +128,15 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
     leader = ctx is None or ctx.is_leader
     where, lost = "rank 0 writes the record", False
     if leader:
-        # Printed first: a launcher captures it from stdout even when the append fails
-        # (a full disk, a results directory gone), so the measurement is never lost.
-        record.emit(rec)
-        where = f"record appended to {results}"
-        try:
-            record.append(results, rec)
-        except OSError as error:
-            lost = True
-            where = (f"could not append the record to {results} ({error}); it was printed "
-                     "after the marker above")
+        # Appended first, then printed for a launcher to capture: a reader that went away
+        # (``bench train | true``) cannot cost the file its record, and a full disk cannot
+        # cost the launcher its copy.
+        where, lost = _append(rec, results)
+        if not print_record(rec):
+            where += ("; stdout is closed, so it was not printed either" if lost
+                      else "; stdout is closed, so it was not printed")
+        elif lost:
+            where += "; it was printed after the marker above"
     # After a failure with peers, the group is not torn down: a peer may be inside a
     # collective with this rank, and the group's destructor joins the thread that waits for
     # that peer (gloo: until its 300 s timeout) before this rank could say it failed or
@@ -149,7 +148,53 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
             pass
     if rec["status"] == "ok" and not lost:
         if leader:
-            print(f"[bench] ok: {ok_text(rec)}; {where}", file=sys.stderr)
+            say(f"[bench] ok: {ok_text(rec)}; {where}")
         return 0
-    print(f"{prog}: FAILED ({rec['status']}): {rec.get('error')}; {where}", file=sys.stderr)
+    if rec["status"] == "ok":
+        # The figures stand; only this copy of them is missing (bench.host.failures reads
+        # this line and keeps the row ok, with the reason beside it).
+        say(f"{prog}: {UNWRITTEN} {where}")
+        return 1
+    say(f"{prog}: FAILED ({rec['status']}): {rec.get('error')}; {where}")
     return 1
+
+
+# What a rank prints when it measured but could not append its record (a full disk).
+UNWRITTEN = "measured, but"
+
+
+def _append(rec: dict, results: Path) -> tuple[str, bool]:
+    """Append the record: (what became of it, whether it was lost)."""
+    try:
+        record.append(results, rec)
+    except OSError as error:
+        return f"could not append the record to {results} ({error})", True
+    return f"record appended to {results}", False
+
+
+def print_record(rec: dict) -> bool:
+    """Print the record after its marker; False when stdout's reader is gone. Stdout then
+    points at /dev/null, so the exit's own flush does not fail again."""
+    try:
+        record.emit(rec)
+    except (OSError, ValueError):   # BrokenPipeError, a full disk under a redirect, closed
+        _stdout_to_devnull()
+        return False
+    return True
+
+
+def say(line: str) -> None:
+    """One line on stderr, which may be gone too: nothing is left to tell then."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass

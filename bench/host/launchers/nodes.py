@@ -3,12 +3,14 @@
 Every launcher (native torchrun, Compose, SSH) reduces a job to one command per node; this
 module starts them, streams each node's output with its host as prefix (and into
 ``<log_dir>/<host>.log``), and once any node fails, the deadline passes or the user presses
-Ctrl-C, stops the rest and calls the launcher's own clean-up. A background node (an
+Ctrl-C (or SIGTERM/SIGHUP arrive as SystemExit, see ``netlab.terminate_raises``), stops the
+rest, shielded from a second signal, and calls the launcher's own clean-up. A background node (an
 emulated host's busy neighbour) runs while the job does: the job is over when every other
 node has ended, and the background ones are then stopped, which is not a failure.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bench import record
@@ -52,22 +54,41 @@ class NodeCommand:
     background: bool = False
 
 
-def _open_log(log_path: Path | None, host: str):
+def _open_log(log_path: Path | None, node: NodeOutcome):
     if log_path is None:
         return None
     try:
-        return open(log_path, "a", encoding="utf-8")
+        return open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - the pump closes it
     except OSError as error:
-        print(f"[{host}] warning: cannot write its log {log_path} ({error}); its output "
-              "still reaches this console", file=sys.stderr)
+        node.log_error = f"cannot write its log {log_path} ({error})"
+        _warn(f"[{node.host}] warning: {node.log_error}; its output still reaches this "
+              "console")
         return None
+
+
+def _warn(line: str) -> None:
+    """A line on the console, which may itself be gone (a closed terminal)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _close_quietly(log) -> None:
+    """Close a log whose last write may have failed: close() flushes what is buffered and
+    fails again on a full disk, which must not end the pump."""
+    try:
+        log.close()
+    except OSError:
+        pass
 
 
 def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
     """Copy a node's output to the console and its log until the node closes it. Nothing
-    here may stop reading: a node blocked on a full pipe would hang the job, so a log that
-    cannot be written is dropped with a warning, and the pump goes on."""
-    log = _open_log(log_path, node.host)
+    here may stop reading: a node blocked on a full pipe would hang the job until its
+    deadline. A log or console that cannot be written (a full disk, a closed terminal) is
+    dropped, the first error kept in ``node.log_error``, and the pump goes on draining."""
+    log = _open_log(log_path, node)
     record_line = False
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
@@ -75,24 +96,29 @@ def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> N
             # The record is data for the launcher and the results file, not for the console.
             if CONSOLE.echo and not record_line and line.rstrip("\n") != record.MARKER \
                     and not any(noise in line for noise in CONSOLE_NOISE):
-                sys.stderr.write(f"[{node.host}] {line}")
+                _echo(f"[{node.host}] {line}")
             record_line = line.rstrip("\n") == record.MARKER
             if log:
                 try:
                     log.write(line)
                     log.flush()
                 except OSError as error:
-                    print(f"[{node.host}] warning: its log {log_path} stopped ({error})",
-                          file=sys.stderr)
-                    log.close()
+                    node.log_error = f"its log {log_path} stopped ({error})"
+                    _warn(f"[{node.host}] warning: {node.log_error}")
+                    _close_quietly(log)
                     log = None
     finally:
         if log:
-            try:
-                log.close()
-            except OSError:
-                pass
+            _close_quietly(log)
         node.last_lines = node.output[-TAIL_LINES:]
+
+
+def _echo(text: str) -> None:
+    """A node's line on the console; a console that is gone costs only the echo."""
+    try:
+        sys.stderr.write(text)
+    except (OSError, ValueError):
+        pass
 
 
 def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path | None = None,
@@ -128,6 +154,9 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
             threads.append(thread)
         foreground = [p for p, c in zip(procs, commands, strict=True) if not c.background]
         timed_out, culprit = _wait(procs, started + deadline_s, foreground)
+        if timed_out:  # a node that never ended because it was stopped says so in the row
+            for proc, node in zip(procs, nodes, strict=True):
+                node.stopped = _is_stopped(proc)
         if not timed_out and culprit is None:  # the job is over: stop what ran beside it
             planned = {i for i, c in enumerate(commands) if c.background}
             _stop([procs[i] for i in planned])
@@ -135,9 +164,13 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
         # the others a moment to fail on their own, so the row can name the real cause.
         failed_alone = _settle(procs, PEER_GRACE_S) if culprit is not None else []
     except BaseException:
-        _stop(procs)
-        if cleanup:
-            cleanup()
+        # Interrupted (Ctrl-C, or SIGTERM/SIGHUP made SystemExit): every node and rank is
+        # stopped before the interruption goes on, and a second signal cannot cut that
+        # short and leave them running.
+        with shielded():
+            _stop(procs)
+            if cleanup:
+                cleanup()
         raise
     if timed_out or any(p.returncode != 0 for i, p in enumerate(procs) if i not in planned):
         _stop(procs)
@@ -152,6 +185,30 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
         culprit = next(i for i, n in enumerate(nodes) if n.rank == culprit)
     return JobOutcome(nodes, timed_out, time.monotonic() - started,
                       nodes[culprit] if culprit is not None else None)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP ignored while inside (in the main thread, where Python
+    handles them): for stopping what was started, which must not itself be interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _is_stopped(proc: subprocess.Popen) -> bool:
+    """Whether a running node's process is stopped (SIGSTOP: state T)."""
+    stat = _stat(proc.pid) if proc.poll() is None else None
+    return stat is not None and stat[0] in ("T", "t")
 
 
 def _settle(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
@@ -198,6 +255,7 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
     for proc, tree in zip(procs, trees, strict=True):
         if proc.poll() is None:
             _signal(proc, signal.SIGTERM)
+            _signal(proc, signal.SIGCONT)   # a stopped node acts on SIGTERM only once continued
         for member in tree:
             member.send(signal.SIGTERM)
             member.send(signal.SIGCONT)
