@@ -59,7 +59,12 @@ def remove_tree_inside(path: Path, parent: Path, setting: str) -> None:
 def check_writable_file(path: Path, setting: str) -> None:
     """Raise ConfigError unless ``path`` can be appended to (or created) by this process.
     Nothing is created: missing parent directories are fine when the nearest existing
-    ancestor is a writable directory."""
+    ancestor is a writable directory. A symbolic link is refused, not followed: the link
+    could be changed between this check and the append (which opens with O_NOFOLLOW)."""
+    if path.is_symlink():
+        raise ConfigError(setting, path, f"is a symbolic link (to {os.readlink(path)}): "
+                          "give the file itself, e.g. its resolved path "
+                          f"{path.resolve()}")
     if path.is_dir():
         raise ConfigError(setting, path, "is a directory: give a file path such as "
                           "results/runs.jsonl")
@@ -91,10 +96,6 @@ def check_results_beside_reports(path: Path, setting: str) -> None:
     changed between this check and the last append), and named ``*.jsonl``, so the
     report's names (``.md``, ``.html``, ``-*.png``) can never be the results file itself;
     and writable (``check_writable_file``)."""
-    if path.is_symlink():
-        raise ConfigError(setting, path, f"is a symbolic link (to {os.readlink(path)}): "
-                          "give the file itself, e.g. its resolved path "
-                          f"{path.resolve()}")
     check_writable_file(path, setting)
     if path.suffix != RESULTS_SUFFIX:
         raise ConfigError(setting, path, f"must end in {RESULTS_SUFFIX}: the report is "

@@ -55,3 +55,13 @@ def test_remove_refuses_a_directory_reached_through_a_link_out_of_the_export(tmp
     with pytest.raises(ConfigError):
         _remove(export / "via" / "data", export)
     assert (tmp_path / "outside" / "data").is_dir()
+
+
+def test_a_results_file_that_is_a_link_is_refused_before_anything_is_written(tmp_path):
+    from bench.paths import check_writable_file
+
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("")
+    (tmp_path / "runs.jsonl").symlink_to(target)
+    with pytest.raises(ConfigError, match="--results=.*is a symbolic link"):
+        check_writable_file(tmp_path / "runs.jsonl", "--results")

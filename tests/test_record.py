@@ -115,3 +115,14 @@ def test_a_mixed_job_takes_the_slowest_devices_peak():
         ("H100 PCIe", pytest.approx(51.2))
     assert job_peak(["NVIDIA H100 NVL", "NVIDIA GeForce RTX 4090 Laptop GPU"], "bf16") == \
         (NO_PEAK, None)
+
+
+def test_append_never_writes_through_a_link_planted_at_the_path(tmp_path):
+    """A link put in the results file's place after the up-front check (which refuses one)
+    is not followed: its target is left as it was."""
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    (tmp_path / "runs.jsonl").symlink_to(target)
+    with pytest.raises(OSError):
+        record.append(tmp_path / "runs.jsonl", {"status": "ok"})
+    assert target.read_text() == "mine\n"
