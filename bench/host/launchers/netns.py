@@ -18,7 +18,6 @@ computes beside the same number of busy hosts, as each node of the largest cell 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from bench.host import netlab
 from bench.host.launchers import native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.shell import words
 from bench.topology import Topology
 
 
@@ -108,7 +108,7 @@ class NetnsLauncher:
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
                 "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
                 f"(see bench/netlab.py)\n# in each of the job's {job.topology.nodes} "
-                f"namespace(s):\n{shlex.join(argv)}")
+                f"namespace(s):\n{words(argv)}")
 
     def launch(self, job: JobSpec) -> JobOutcome:
         from bench.host import gpus

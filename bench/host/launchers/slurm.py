@@ -189,7 +189,7 @@ def task_argv(options: SlurmOptions, job: JobSpec, directory: str) -> list[str]:
                                     module=job.module, nproc="@NPROC@")
         cleanup = []
     _refuse_placeholders(options, job, directory)
-    counts = " ".join(str(count) for count in job.topology.counts)
+    counts = words(job.topology.counts)  # digits only: "1 1 2", read back as an array
     return ["bash", "-c", TASK, "bench-task", counts, str(len(main)), *main, *cleanup]
 
 
