@@ -103,7 +103,7 @@ class NetnsLauncher:
             job.topology, "<node rank>", master_addr="<node 0's lab address>",
             master_port=job.master_port, rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
             results=str(job.results), trainer_args=list(job.workload_args),
-            module=job.module)
+            module=job.module, nproc="<its processes>")
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
                 "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
