@@ -88,7 +88,9 @@ def run_bash(script: str, env: dict[str, str] | None = None) -> list[list[str]]:
     here) and the stubs first on PATH; the argvs the stubs saw, and nothing created."""
     for stale in CALLS.iterdir():
         stale.unlink()
-    out = subprocess.run(["bash", "-c", 'cd() { :; }; eval "$1"', "bench-test", script],
+    # The script comes on stdin: with 4 KiB values quoted twice (a rendered ssh line), it
+    # can exceed the kernel's 128 KiB limit on one argument.
+    out = subprocess.run(["bash", "-c", "cd() { :; }; . /dev/stdin"], input=script.encode(),
                          cwd=WATCH, capture_output=True, env={"PATH": PATH, **(env or {})},
                          timeout=60)
     created = sorted(p.name for p in WATCH.iterdir())
