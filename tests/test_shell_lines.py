@@ -309,11 +309,12 @@ def test_the_srun_task_fills_in_the_node_and_runs_nothing_else(node, **values):
     assert same_calls(calls, expected), (calls, expected)
 
 
-def test_a_newline_in_results_is_one_line_exit_2(tmp_path):
+@pytest.mark.parametrize("verb", [["slurm", "script"], ["matrix", "--launcher", "slurm"]])
+def test_a_newline_in_results_is_one_line_exit_2(verb, tmp_path):
     """The old script put it on a line of its own after #SBATCH --output=, and ran it."""
     results = tmp_path / "r\ntouch pwned" / "runs.jsonl"
-    out = subprocess.run([sys.executable, "-m", "bench", "slurm", "script", "--topologies",
-                          "1x1", "--results", str(results), "--", "--steps", "1"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "bench", *verb, "--topologies", "1x1",
+                          "--results", str(results), "--", "--steps", "1"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     lines = out.stderr.splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "--results" in lines[0], out.stderr

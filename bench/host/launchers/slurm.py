@@ -102,8 +102,6 @@ class SlurmOptions:
         if self.remote_dir is not None and not self.remote_dir.startswith("/"):
             raise ConfigError("--remote-dir", self.remote_dir, "must be an absolute path "
                               "on the nodes, e.g. /srv/bench")
-        # The job's logs go under the results' directory, into #SBATCH --output=.
-        sbatch_path("--results", self.results_root)
 
 
 def sbatch_path(setting: str, path: Path) -> str:
@@ -252,7 +250,10 @@ class SlurmLauncher:
         self.options = options
 
     def preflight(self, topologies: list[Topology]) -> None:
-        """The controller answers and the partition exists, before the first job."""
+        """The job logs' directory fits an #SBATCH line, the controller answers and the
+        partition exists, before the first job."""
+        # The job's logs go under the results' directory, into #SBATCH --output=.
+        sbatch_path("--results", self.options.results_root)
         try:
             out = subprocess.run(["sinfo", "-h", "-o", "%P %D",
                                   *(["-p", self.options.partition]
