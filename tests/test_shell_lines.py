@@ -32,7 +32,7 @@ from bench.host.launchers import compose, k8s, native, slurm, ssh
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import NodeCommand
 from bench.options import ConfigError
-from bench.topology import Topology
+from bench.topology import Topology, host_address, parse_hosts
 from conftest import EXAMPLE_ENV, REPO
 
 # Where an injected command would write (cwd of every run, and named in the payloads).
@@ -121,9 +121,13 @@ def assignments(env: dict[str, str]) -> list[str]:
 
 
 # --- ssh: the remote line (native and Compose) and its clean-up ------------------------------
-def _ssh(runtime, env_file, remote_dir, results, args, comm_value, monkeypatch):
+def _ssh(runtime, env_file, remote_dir, results, args, comm_value, host, monkeypatch):
     monkeypatch.setattr(os, "environ", {"NCCL_DEBUG": comm_value, "PATH": "/usr/bin"})
-    options = ssh.SshOptions(hosts=("127.0.0.2", "node-b"), runtime=runtime,
+    try:  # a host name is either strict (bench.topology.check_host) or refused
+        hosts = tuple(parse_hosts(f"{host},node-b.example", "--hosts"))
+    except ConfigError:
+        hosts = ("127.0.0.2", "node-b.example")
+    options = ssh.SshOptions(hosts=hosts, runtime=runtime,
                              remote_dir="/" + remote_dir, image="bench-trainer:cpu",
                              env_file=Path(env_file), results_root=Path("/r") / results)
     launcher = ssh.SshLauncher(options)
@@ -135,7 +139,8 @@ def _expected_remote(options, launcher, job, rank):
     """The argv each host's shell must run, built here from the values, not the renderer."""
     directory = options.remote_dir
     if options.runtime == "native":
-        argv = native.torchrun_argv(job.topology, rank, master_addr="127.0.0.2",
+        argv = native.torchrun_argv(job.topology, rank, master_addr=host_address(
+                                    options.hosts[0]),
                                     master_port=29500, rdzv_timeout=60, job_id=job.job_id,
                                     results=str(job.results), trainer_args=list(job.workload_args),
                                     python=f"{directory}/.venv/bin/python")
@@ -157,20 +162,22 @@ def _expected_remote(options, launcher, job, rank):
 
 
 SSH_VALUES = dict(runtime=st.sampled_from(["native", "compose"]), env_file=HOSTILE.filter(bool),
-                  remote_dir=COMPONENT, results=COMPONENT, args=ARGS, comm_value=HOSTILE)
+                  remote_dir=COMPONENT, results=COMPONENT, args=ARGS, comm_value=HOSTILE,
+                  host=st.one_of(st.from_regex(r"([a-z_][a-z0-9_-]{0,8}@)?[a-z0-9][a-z0-9.-]"
+                                               r"{0,30}", fullmatch=True), HOSTILE))
 
 
 @large
 @given(**SSH_VALUES)
 def test_the_ssh_lines_split_back_to_their_argv(runtime, env_file, remote_dir, results, args,
-                                                 comm_value):
+                                                 comm_value, host):
     with pytest.MonkeyPatch.context() as monkeypatch:
         options, launcher, job = _ssh(runtime, env_file, remote_dir, results, args,
-                                      comm_value, monkeypatch)
+                                      comm_value, host, monkeypatch)
         commands, cleanups = launcher.commands(job)
         for rank, (command, cleanup) in enumerate(zip(commands, cleanups, strict=True)):
             up, down = _expected_remote(options, launcher, job, rank)
-            assert command.argv[-2:] == [options.hosts[rank], command.argv[-1]]
+            assert command.argv[-3:-1] == ["--", options.hosts[rank]]
             assert shlex.split(command.argv[-1]) == up
             assert shlex.split(cleanup[-1]) == down
 
@@ -178,10 +185,11 @@ def test_the_ssh_lines_split_back_to_their_argv(runtime, env_file, remote_dir, r
 @large
 @given(**SSH_VALUES)
 def test_the_ssh_lines_run_nothing_and_reach_ssh_and_env_whole(runtime, env_file, remote_dir,
-                                                                results, args, comm_value):
+                                                                results, args, comm_value,
+                                                                host):
     with pytest.MonkeyPatch.context() as monkeypatch:
         options, launcher, job = _ssh(runtime, env_file, remote_dir, results, args,
-                                      comm_value, monkeypatch)
+                                      comm_value, host, monkeypatch)
         commands, cleanups = launcher.commands(job)
         rendered = launcher.render(job)
         remote = [command.argv[-1] for command in commands] + [c[-1] for c in cleanups]
