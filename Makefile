@@ -9,7 +9,8 @@
 # NODES) go whole to bench, which splits them at commas or spaces; MATRIX_ARGS (extra
 # trainer flags) is split at blanks, without quotes or globbing, one argument per word.
 # A value given on the command line or in the environment may not contain '$': make would
-# expand it ($(shell ...) runs a command) before any of this applies.
+# expand it ($(shell ...) runs a command) before any of this applies. NODE_ENV, a path
+# that make reads itself and that reaches other hosts, must be a plain one (see below).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -36,6 +37,16 @@ VENV ?= .venv
 PY = "$$MK_VENV/bin/python"
 # The node's settings: compose/.env when present, else the documented defaults.
 NODE_ENV ?= $(if $(wildcard compose/.env),compose/.env,compose/.env.example)
+# NODE_ENV is a path that make itself reads ($(shell sed ...) below) and that bench hands
+# to other hosts (--env-file of the ssh and Slurm launchers): one word of letters, digits
+# and _ . / + - @ % : only. No quote, backtick, blank, newline or other shell syntax can
+# reach a shell through it, whatever quoting comes after.
+path_chars := a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L \
+  M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _ . / + - @ % :
+without = $(if $(2),$(call without,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+ifneq ($(call without,$(NODE_ENV),$(path_chars))|$(words $(NODE_ENV))|$(strip $(NODE_ENV)),|1|$(NODE_ENV))
+$(error NODE_ENV: a settings file's path of letters, digits and _ . / + - @ % : only (no blank, quote, backtick or other shell character), e.g. compose/.env)
+endif
 # The trainer services read the same file as their env_file (Compose resolves it for every
 # service, even in profiles not started).
 export BENCH_ENV_FILE := $(abspath $(NODE_ENV))

@@ -23,7 +23,7 @@ from bench.options import ConfigError
 
 # A name safe to use as one directory entry: no separators, no leading dot or dash (no
 # hidden entries, no option look-alikes), printable ASCII only.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 
 
 def child(parent: Path, name: str, setting: str) -> Path:

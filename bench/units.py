@@ -14,12 +14,12 @@ from bench.options import ConfigError
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30,
                "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 
 
 def _parse(text: str, flag: str, units: dict[str, int], examples: str, least: int,
            least_text: str, most: int, most_text: str) -> int:
-    match = _NUMBER.match(str(text))
+    match = _NUMBER.fullmatch(str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in units:
         raise ConfigError(flag, text, f"a {examples}")

@@ -124,7 +124,6 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("bench-matrix", "RESULTS", "matrix", "--results", []),
     ("bench-matrix", "LAUNCHER", "matrix", "--launcher", []),
     ("bench-matrix", "CPU_IMAGE", "matrix", "--image", ["LAUNCHER=compose"]),
-    ("bench-matrix", "NODE_ENV", "matrix", "--env-file", ["LAUNCHER=compose"]),
     ("bench-multinode", "RUNTIME", "matrix", "--runtime", ["HOSTS=h1,h2"]),
     ("bench-multinode", "IMAGE", "matrix", "--image", ["HOSTS=h1,h2"]),
     ("bench-emulated", "LINK", "matrix", "--link", []),
@@ -155,6 +154,28 @@ def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, e
         assert calls[0][0] == value, calls
     else:
         assert any(argv[argv.index(flag) + 1] == value for argv in calls if flag in argv), calls
+
+
+# NODE_ENV is a path that make reads itself and that bench hands to other hosts' shells
+# (ssh, Slurm): anything but a plain path is refused before any recipe runs. A backtick
+# passed the '$' check before; it reached the ssh launcher's remote line.
+@pytest.mark.parametrize("value", ["x`touch {m}`", "compose/.env`touch {m}`", "a'b", "a b",
+                                   "a\nb", "a;touch {m}", 'a"b', "a\\b", "a|b", "a&b"])
+@pytest.mark.parametrize("target", ["settings", "bench-matrix"])
+def test_node_env_is_a_plain_path_or_refused(target, value, marker, fake_venv):
+    proc = run_make(target, f"NODE_ENV={value.format(m=marker)}", f"VENV={fake_venv.path}",
+                    "LAUNCHER=compose")
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and "NODE_ENV" in lines[0], proc.stderr
+    assert fake_venv.calls() == [], "a recipe ran"
+
+
+def test_a_plain_node_env_path_reaches_bench_whole(fake_venv, tmp_path):
+    path = tmp_path / "node-1.2+x@y%z:w.env"
+    path.write_text((REPO / "compose" / ".env.example").read_text())
+    proc = run_make("settings", f"NODE_ENV={path}", f"VENV={fake_venv.path}", "PROFILE=cpu")
+    calls = fake_venv.bench_calls("settings")
+    assert calls and calls[0][calls[0].index("--env-file") + 1] == str(path), proc.stderr
 
 
 def test_list_values_are_split_without_globbing_or_evaluation(fake_venv, marker):

@@ -57,12 +57,11 @@ def test_each_task_runs_the_one_torchrun_argv_with_its_node_rank(tmp_path, node_
     fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     fake.chmod(0o755)
     job = _job(tmp_path)
-    task = slurm._task_line(slurm.SlurmOptions(remote_dir=str(directory)), job,
-                            str(directory))
+    task = slurm.task_argv(slurm.SlurmOptions(remote_dir=str(directory)), job,
+                           str(directory))
     env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": node_id, "SLURMD_NODENAME": "n" + node_id,
            "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "23456"}
-    out = subprocess.run(["bash", "-c", task], env=env, cwd=tmp_path, capture_output=True,
-                         text=True)
+    out = subprocess.run(task, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     argv_line, exit_line = out.stdout.splitlines()
     expected = native.torchrun_argv(job.topology, node_id, master_addr="10.1.2.3",

@@ -43,7 +43,6 @@ import dataclasses
 import ipaddress
 import json
 import re
-import shlex
 import shutil
 import socket
 import subprocess
@@ -58,6 +57,7 @@ from bench.host.checks import FAIL, PASS, WARN, Row
 from bench.host.launchers.ssh import ssh_argv, ssh_base
 from bench.host.settings import read_env_file
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
+from bench.shell import words
 from bench.topology import host_address, parse_hosts, shown
 
 SHM_MINIMUM = 1 << 30
@@ -82,6 +82,22 @@ GPU_PROBE = (f"import json, torch; {_NCCL}; ok = torch.cuda.is_available(); "
 # What nvidia-container-cli says when the image's NVIDIA_REQUIRE_CUDA is above the driver's.
 _CUDA_REFUSAL = re.compile(r"unsatisfied condition: cuda\s*>=\s*([0-9]+(?:\.[0-9]+)?)")
 FLAVOURS = Path(__file__).resolve().parents[2] / "docker" / "cuda-flavours.tsv"
+# Remote checks that need a shell: fixed text, each value an argument ("$1", "$@") of
+# ``sh -c SCRIPT bench-doctor VALUE...``, rendered with bench.shell.words.
+ROUTE = ('ip route get "$(getent ahostsv4 "$1" | awk \'NR==1{print $1}\')" '
+         '| grep -o \'dev [^ ]*\' | head -n 1')
+ANY_LINK = 'for name; do ip link show "$name" >/dev/null 2>&1 && exit 0; done; exit 1'
+UNRESOLVED = 'for name; do getent ahosts "$name" >/dev/null || echo "$name"; done'
+TCP_OPEN = ': <"/dev/tcp/$1/$2"'
+# A listener on the rendezvous port (sys.argv[1]) for the other hosts to reach.
+LISTENER = ("import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
+            "socket.SO_REUSEADDR, 1); s.bind(('', int(sys.argv[1]))); s.listen(16); "
+            "print('listening', flush=True)\nwhile True: s.accept()[0].close()")
+
+
+def shell(script: str, *values: str) -> str:
+    """``sh -c SCRIPT`` with ``values`` as its arguments, as one quoted line."""
+    return words(["sh", "-c", script, "bench-doctor", *values])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -251,14 +267,14 @@ class Doctor:
                      "scripts/install-host.sh docker, then scripts/ensure-docker.sh")
 
     def check_image(self, host: str) -> tuple[str, str] | None:
-        image = shlex.quote(self.image)
-        ident = self.run(host, f"docker image inspect -f '{{{{.Id}}}}' {image}")
+        ident = self.run(host, words(["docker", "image", "inspect", "-f", "{{.Id}}",
+                                      self.image]))
         if ident.returncode != 0:
             self.add(host, "image", FAIL, f"image {self.image} missing on {host}: run make "
                      "build there, or docker save it here and docker load it there")
             return None
-        versions = self.run(host, f"docker run --rm --entrypoint python3 {image} -c "
-                            f"{shlex.quote(VERSIONS)}", timeout=300)
+        versions = self.run(host, words(["docker", "run", "--rm", "--entrypoint", "python3",
+                                         self.image, "-c", VERSIONS]), timeout=300)
         found = versions.stdout.strip() if versions.returncode == 0 else "unreadable"
         self.add(host, "image", PASS, f"{ident.stdout.strip()[:19]}, torch/CUDA/NCCL {found}")
         return ident.stdout.strip(), found
@@ -279,7 +295,7 @@ class Doctor:
         driver = self.check_driver(host)
         if driver is None:
             return None
-        out = self.run(host, shlex.join(gpu_probe_argv(self.image)), timeout=300)
+        out = self.run(host, words(gpu_probe_argv(self.image)), timeout=300)
         if out.returncode != 0:
             self.add(host, "gpu", FAIL, self.probe_failure((out.stdout + out.stderr).strip(),
                                                            driver))
@@ -347,8 +363,7 @@ class Doctor:
 
     def check_interface(self, host: str) -> list[str]:
         """The interface checks; returns the interfaces NCCL/gloo will use on ``host``."""
-        route = self.run(host, f"ip route get $(getent ahostsv4 {shlex.quote(self.master)} "
-                         "| awk 'NR==1{print $1}') | grep -o 'dev [^ ]*' | head -n 1")
+        route = self.run(host, shell(ROUTE, self.master))
         device = route.stdout.strip().removeprefix("dev ").strip()
         if not device:
             self.add(host, "interface", FAIL, f"no route to MASTER_ADDR {self.master}")
@@ -362,8 +377,7 @@ class Doctor:
                 used.append(device)
                 continue
             names = [n.lstrip("=") for n in wanted.split(",") if n and not n.startswith("^")]
-            exists = self.run(host, " || ".join(f"ip link show {shlex.quote(n)} >/dev/null "
-                                                "2>&1" for n in names) or "false")
+            exists = self.run(host, shell(ANY_LINK, *names))
             if exists.returncode != 0:
                 self.add(host, "interface", FAIL, f"{variable}={wanted}: no such interface "
                          f"on {host}; the route to {self.master} uses {device}")
@@ -380,7 +394,7 @@ class Doctor:
         """{interface: its IPv4 and IPv6 addresses} on ``host`` (``ip -o addr``)."""
         found: dict[str, list[str]] = {}
         for device in devices:
-            out = self.run(host, f"ip -o addr show dev {shlex.quote(device)}")
+            out = self.run(host, words(["ip", "-o", "addr", "show", "dev", device]))
             found[device] = _ADDRESS.findall(out.stdout) if out.returncode == 0 else []
         return found
 
@@ -417,10 +431,8 @@ class Doctor:
             return
         port = self.master_port
         listener = subprocess.Popen(
-            self.argv(self.hosts[0], "timeout 30 python3 -c " + shlex.quote(
-                "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
-                f"socket.SO_REUSEADDR, 1); s.bind(('', {port})); s.listen(16); "
-                "print('listening', flush=True)\nwhile True: s.accept()[0].close()")),
+            self.argv(self.hosts[0], words(["timeout", "30", "python3", "-c", LISTENER,
+                                            str(port)])),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             ready = listener.stdout.readline().strip() == "listening"  # type: ignore[union-attr]
@@ -429,8 +441,8 @@ class Doctor:
                     self.add(host, "rendezvous", FAIL, f"port {port} on {self.master} is in "
                              "use or cannot be opened: free it or set MASTER_PORT")
                     continue
-                probe = shlex.quote(f"</dev/tcp/{self.master}/{port}")
-                out = self.run(host, f"timeout 5 bash -c {probe}")
+                out = self.run(host, words(["timeout", "5", "bash", "-c", TCP_OPEN,
+                                            "bench-doctor", self.master, str(port)]))
                 result, detail = (PASS, f"{self.master}:{port} reachable") if out.returncode \
                     == 0 else (FAIL, f"{self.master}:{port} unreachable: open TCP {port} "
                                "(and the NCCL/gloo ports) between the nodes")
@@ -456,9 +468,9 @@ class Doctor:
                  f"volume-opt=type={get('DATA_MOUNT_TYPE')},"
                  f"\"volume-opt=o={get('DATA_MOUNT_OPTIONS')}\","
                  f"volume-opt=device={get('DATA_DEVICE')}")
-        out = self.run(host, f"docker run --rm --mount {shlex.quote(mount)} --entrypoint "
-                       f"python3 {shlex.quote(self.image)} -m bench dataset verify "
-                       f"/data/{shlex.quote(self.dataset)} --sample 16", timeout=300)
+        out = self.run(host, words(["docker", "run", "--rm", "--mount", mount, "--entrypoint",
+                                    "python3", self.image, "-m", "bench", "dataset", "verify",
+                                    f"/data/{self.dataset}", "--sample", "16"]), timeout=300)
         text = (out.stdout + out.stderr).strip().splitlines()
         if out.returncode == 0:
             self.add(host, "dataset", PASS, text[-1] if text else "matches its manifest")
@@ -466,9 +478,7 @@ class Doctor:
             self.add(host, "dataset", FAIL, (text[-1] if text else "mount failed")[:160])
 
     def check_resolve(self, host: str) -> None:
-        names = " ".join(shlex.quote(host_address(h)) for h in self.hosts)
-        out = self.run(host, f"for h in {names}; do getent ahosts $h >/dev/null || echo $h; "
-                       "done")
+        out = self.run(host, shell(UNRESOLVED, *(host_address(h) for h in self.hosts)))
         missing = out.stdout.split()
         if missing:
             self.add(host, "resolve", FAIL, f"cannot resolve {', '.join(missing)}: add them "

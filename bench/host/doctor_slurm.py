@@ -11,13 +11,16 @@ Rows like the SSH doctor's (PASS, WARN or FAIL with the fix):
 """
 from __future__ import annotations
 
-import shlex
 import subprocess
 from pathlib import Path
 
 from bench.host.checks import FAIL, PASS, WARN, Row
 
 REPO = Path(__file__).resolve().parent.parent.parent
+# What each node's srun task runs: fixed text, the values as its arguments ("$1", "$2").
+IMAGE_PROBE = 'docker image inspect -f "{{.Id}}" "$1"'
+VENV_PROBE = ('cd "$1" && "$1/.venv/bin/python" -c \'import importlib.metadata as m; '
+              'print(m.version("torch"), end=" ")\' && git rev-parse --short HEAD')
 # Node states (sinfo %t) a job can start on; states ending in "*" are not responding.
 READY = ("idle", "mix", "mixed", "alloc", "allocated", "comp", "completing")
 
@@ -110,15 +113,13 @@ def _same_everywhere(names: list[str], where: list[str], runtime: str, image: st
     """One srun task per node reports what a job would run; every node must agree."""
     directory = remote_dir or str(REPO)
     if runtime == "compose":
-        probe = f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(image or '')}"
+        probe = ["bash", "-c", IMAGE_PROBE, "bench-doctor", image or ""]
         what = f"image {image}"
     else:
-        python = shlex.quote(f"{directory}/.venv/bin/python")
-        probe = (f"cd {shlex.quote(directory)} && {python} -c 'import importlib.metadata as m; "
-                 "print(m.version(\"torch\"), end=\" \")' && git rev-parse --short HEAD")
+        probe = ["bash", "-c", VENV_PROBE, "bench-doctor", directory]
         what = f"venv and checkout {directory}"
     out = _run(["srun", *where, f"--nodes={len(names)}", "--ntasks-per-node=1", "--label",
-                f"--time={max(1, int(timeout // 60))}", "bash", "-c", probe], timeout)
+                f"--time={max(1, int(timeout // 60))}", *probe], timeout)
     if out.returncode != 0:
         return [Row("slurm", "same", FAIL, f"srun on {len(names)} node(s) failed: "
                     f"{_last(out)[:160]}: is {what} on every node?")]

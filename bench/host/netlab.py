@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bench.shell import words
 from bench.units import format_rate, tc_rate
 
 PREFIX = "benchlab"
@@ -46,7 +47,7 @@ def _ip(*args: str) -> None:
 def _run(argv: list[str]) -> None:
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
-        raise LabError(f"`{' '.join(argv)}` failed: {result.stderr.strip()}")
+        raise LabError(f"`{words(argv)}` failed: {result.stderr.strip()}")
 
 
 def namespaces() -> list[str]:

@@ -36,10 +36,12 @@ def main(argv: list[str] | None = None, prog: str = "bench slurm") -> int:
                               "repeat(s)", "a script is one job: give one topology, batch "
                               "size and model, or run them all with bench matrix --launcher "
                               "slurm")
+        launcher = build("slurm", cfg.launcher_options)
+        (cell,) = cfg.cells
+        # Rendering checks what goes into the script (#SBATCH lines, per-node placeholders).
+        text = launcher.render(matrix.job_spec(cfg, cell, record.new_run_id(), 1))
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    launcher = build("slurm", cfg.launcher_options)
-    (cell,) = cfg.cells
-    print(launcher.render(matrix.job_spec(cfg, cell, record.new_run_id(), 1)), end="")
+    print(text, end="")
     return 0

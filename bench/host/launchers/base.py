@@ -14,11 +14,11 @@ No torch here: this is the host side.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from pathlib import Path
 from typing import Protocol
 
 from bench.host.launchers.nodes import JobOutcome, NodeCommand
+from bench.shell import command_line, single_line
 from bench.topology import Topology
 
 
@@ -58,11 +58,8 @@ class Launcher(Protocol):
 
 
 def render_commands(commands: list[NodeCommand], cwd: Path | None = None) -> str:
-    """One shell line per node: its env assignments, then its argv, all quoted."""
-    lines = []
-    for command in commands:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((command.env or {}).items()))
-        prefix = f"cd {shlex.quote(str(cwd))} && " if cwd else ""
-        lines.append(f"# {command.host} (node {command.rank})\n"
-                     f"{prefix}{'env ' + env + ' ' if env else ''}{shlex.join(command.argv)}")
-    return "\n".join(lines)
+    """One shell line per node, under a comment naming it: ``cd DIR && env K=V ... argv``,
+    every word quoted (``bench.shell.command_line``)."""
+    return "\n".join(f"# {single_line('host', command.host)} (node {command.rank})\n"
+                     + command_line(command.argv, env=command.env, cwd=cwd)
+                     for command in commands)

@@ -22,6 +22,15 @@ REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 SERVICES = {"cpu": ("trainer-cpu", "CPU_IMAGE"), "gpu": ("trainer", "IMAGE"),
             "gpu-ib": ("trainer-ib", "IMAGE")}
+# A node started by a shell on another host (ssh, a Slurm task). Fixed text, no value in
+# it: every value arrives as an argument ("$1", "$@") and is never parsed as shell. The
+# image's id is read on that host (each host has its own copy of the image), then Compose
+# v2 runs where the host has it, else docker-compose.
+_PICK_COMPOSE = ('if docker compose version >/dev/null 2>&1; then exec docker compose "$@"; '
+                 'fi; exec docker-compose "$@"')
+REMOTE_UP = ('BENCH_IMAGE_ID=$(docker image inspect -f "{{.Id}}" "$1") || exit; shift; '
+             'export BENCH_IMAGE_ID BENCH_IMAGE_DIGEST="$BENCH_IMAGE_ID"; ' + _PICK_COMPOSE)
+REMOTE_DOWN = _PICK_COMPOSE
 
 
 def image_identity(image: str) -> tuple[str, str]:
@@ -89,6 +98,42 @@ def _commands(job: ComposeJob, compose: list[str], job_id: str,
             "-p", contract.project_name(job_id, rank), "up", "--no-log-prefix",
             "--exit-code-from", service, service], env))
     return commands
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoteNode:
+    """One node's Compose project as argvs for a shell on another host: its env (the node
+    contract), the ``up`` that runs it and the ``down`` that removes it. Callers render
+    them with ``bench.shell``; a value here is only ever one word."""
+
+    env: dict[str, str]
+    up: list[str]
+    down: list[str]
+
+
+def remote_node(job: JobSpec, *, profile: str, image: str, env_file: str, results_root: Path,
+                node_rank: int | str, nproc: int | str, master_addr: str,
+                master_port: int | str, extra_env: dict[str, str] | None = None) -> RemoteNode:
+    """The argv-level node both the ssh launcher and the Slurm task render. ``node_rank``,
+    ``nproc``, ``master_addr`` and ``master_port`` may be placeholders that the Slurm task
+    fills in per node (``bench.host.launchers.slurm``)."""
+    service, image_var = SERVICES[profile]
+    results_dir = results_root.resolve()
+    env = {**(extra_env or {}), **contract.node_env(
+        nnodes=job.topology.nodes, node_rank=node_rank, nproc_per_node=nproc,
+        master_addr=master_addr, master_port=master_port, rdzv_timeout=job.rdzv_timeout,
+        job_id=job.job_id, module=job.module, workload_args=list(job.workload_args),
+        results_dir=str(results_dir),
+        results_name=str(Path(job.results).resolve().relative_to(results_dir))),
+        "BENCH_ENV_FILE": env_file, image_var: image}
+    project = ["-f", "compose/docker-compose.yml", "--env-file", env_file, "--profile", profile,
+               "-p", contract.project_name(job.job_id, node_rank)]
+    return RemoteNode(
+        env=env,
+        up=["sh", "-c", REMOTE_UP, "bench-node", image, *project, "up", "--no-log-prefix",
+            "--exit-code-from", service, service],
+        down=["sh", "-c", REMOTE_DOWN, "bench-node", *project, "down", "-v",
+              "--remove-orphans", "-t", "5"])
 
 
 def _compose(job: ComposeJob, command: list[str] | None = None) -> list[str]:

@@ -18,7 +18,6 @@ computes beside the same number of busy hosts, as each node of the largest cell 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from bench.host import netlab
 from bench.host.launchers import native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.shell import words
 from bench.topology import Topology
 
 
@@ -107,12 +107,12 @@ class NetnsLauncher:
             store_bind="<node 0's lab address>", master_port=job.master_port,
             rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
             results=str(job.results), trainer_args=list(job.workload_args),
-            module=job.module)
+            module=job.module, nproc="<its processes>")
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
                 "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
                 f"(see bench/netlab.py)\n# in each of the job's {job.topology.nodes} "
-                f"namespace(s):\n{shlex.join(argv)}")
+                f"namespace(s):\n{words(argv)}")
 
     def launch(self, job: JobSpec) -> JobOutcome:
         from bench.host import gpus

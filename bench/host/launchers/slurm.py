@@ -19,34 +19,52 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.host.launchers import native
+from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome
 from bench.options import ConfigError
+from bench.shell import assignment, single_line, words
 from bench.topology import Topology
 
 REPO = Path(__file__).resolve().parents[3]
 RUNTIMES = ("native", "compose", "pyxis")
 PORT_BASE, PORT_SPREAD = 20000, 20000   # MASTER_PORT = base + job id % spread
 # Each task's last line: its node and exit code (a task killed by Slurm prints none).
-_EXIT_LINE = re.compile(r"^\[bench-slurm\] node (\d+) \((\S*)\) exited (-?\d+)$")
+_EXIT_LINE = re.compile(r"\[bench-slurm\] node (\d+) \((\S*)\) exited (-?\d+)")
 # Slurm's states that end a job, and what each makes of the row.
 END_STATES = {"COMPLETED": "ok", "FAILED": "error", "TIMEOUT": "timeout",
               "CANCELLED": "error", "NODE_FAIL": "error", "OUT_OF_MEMORY": "oom",
               "PREEMPTED": "error", "BOOT_FAIL": "error", "DEADLINE": "timeout"}
-_TIME_LIMIT = re.compile(r"^(?:\d{1,6}|\d{1,6}:\d{2}(?::\d{2})?|\d{1,3}-\d{1,2}(?::\d{2}){0,2})$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# Values known only on each node, put into the task line as shell variables. (A Compose
-# project name is lower-cased, placeholder included.)
-_PLACEHOLDERS = {"@NODE_RANK@": '"$SLURM_NODEID"', "@node_rank@": '"$SLURM_NODEID"',
-                 "@MASTER_ADDR@": '"$MASTER_ADDR"', "@MASTER_PORT@": '"$MASTER_PORT"',
-                 "@NPROC@": '"${procs[$SLURM_NODEID]}"'}
+# What goes into an #SBATCH line, each matched whole (re.fullmatch): one line, one word.
+_TIME_LIMIT = re.compile(r"\d{1,6}|\d{1,6}:\d{2}(?::\d{2})?|\d{1,3}-\d{1,2}(?::\d{2}){0,2}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# A log directory in --output=: no blank (sbatch splits the line at blanks), no quote or
+# backslash (sbatch reads them), no '%' (Slurm's file name patterns, %j and the like).
+_SBATCH_PATH = re.compile(r"/[^\x00-\x20\x7f-\x9f%\\\"']*")
+# Values known only on each node: the task fills them into its argv's words.
+PLACEHOLDERS = ("@NODE_RANK@", "@node_rank@", "@NPROC@", "@MASTER_ADDR@", "@MASTER_PORT@")
+# Each node's task, fixed text with no value in it: "$1" is each node's process count (by
+# SLURM_NODEID; uneven nodes: 1 1 2), "$2" how many of the words after it are the node's
+# command; the rest (if any) is the clean-up, run after it whatever its exit. In every word
+# the placeholders become this node's values, by bash's own substitution: a value is never
+# parsed as shell. The last line says the node's exit code (``_EXIT_LINE``).
+TASK = "; ".join([
+    'node=$SLURM_NODEID', 'read -r -a procs <<< "$1"', 'nproc=${procs[$node]}', 'main=$2',
+    'shift 2', 'argv=()', 'rest=()',
+    'for word in "$@"; do word=${word//"@NODE_RANK@"/"$node"}',
+    'word=${word//"@node_rank@"/"$node"}', 'word=${word//"@NPROC@"/"$nproc"}',
+    'word=${word//"@MASTER_ADDR@"/"$MASTER_ADDR"}',
+    'word=${word//"@MASTER_PORT@"/"$MASTER_PORT"}',
+    'if (( ${#argv[@]} < main )); then argv+=("$word"); else rest+=("$word"); fi; done',
+    '"${argv[@]}"', 'rc=$?',
+    'if (( ${#rest[@]} )); then "${rest[@]}" >/dev/null 2>&1; fi',
+    'echo "[bench-slurm] node $node ($SLURMD_NODENAME) exited $rc"', 'exit $rc'])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,10 +86,10 @@ class SlurmOptions:
     def __post_init__(self) -> None:
         for name in ("partition", "account"):
             value = getattr(self, name)
-            if value is not None and not _NAME.match(value):
+            if value is not None and not _NAME.fullmatch(value):
                 raise ConfigError(f"--{name}", value, "must be a Slurm name: letters, digits, "
                                   "'_', '.', '-' (not starting with '-')")
-        if self.time_limit is not None and not _TIME_LIMIT.match(self.time_limit):
+        if self.time_limit is not None and not _TIME_LIMIT.fullmatch(self.time_limit):
             raise ConfigError("--time-limit", self.time_limit, "must be Slurm's format: "
                               "minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]], e.g. 30 or 1:00:00")
         if not 0 <= self.gpus_per_node <= 64:
@@ -86,77 +104,104 @@ class SlurmOptions:
                               "on the nodes, e.g. /srv/bench")
 
 
+def sbatch_path(setting: str, path: Path) -> str:
+    """``path`` made absolute, fit for an #SBATCH line (one line, one word, no pattern),
+    else ConfigError naming ``setting``."""
+    text = single_line(setting, path.resolve())
+    if not _SBATCH_PATH.fullmatch(text):
+        raise ConfigError(setting, text, "the Slurm job's logs go under it (#SBATCH "
+                          "--output=): give a directory without blanks, quotes, '\\' or '%'")
+    return text
+
+
 def time_limit(options: SlurmOptions, deadline_s: float) -> str:
     """The job's --time: as given, else the deadline rounded up plus a minute, so the
     launcher's own deadline (a clean cancel and a timeout row) comes first."""
     return options.time_limit or str(math.ceil(deadline_s / 60) + 1)
 
 
-def script(options: SlurmOptions, job: JobSpec) -> str:
-    """The sbatch script of one job."""
-    directory = options.remote_dir or str(REPO)
-    nodes, log_dir = job.topology.nodes, job.log_dir.resolve()
-    header = [f"#SBATCH --job-name=bench-{job.job_id}", f"#SBATCH --nodes={nodes}",
-              "#SBATCH --ntasks-per-node=1",
-              f"#SBATCH --time={time_limit(options, job.deadline_s)}",
-              f"#SBATCH --output={log_dir}/slurm-%j.out"]
-    header += [f"#SBATCH --partition={options.partition}"] if options.partition else []
-    header += [f"#SBATCH --account={options.account}"] if options.account else []
+def header(options: SlurmOptions, job: JobSpec) -> list[str]:
+    """The script's #SBATCH lines: every value checked whole, so each stays one line."""
+    if not _JOB_ID.fullmatch(job.job_id):
+        raise ConfigError("job id", single_line("job id", job.job_id), "letters, digits, "
+                          "'_', '.', '-'")
+    limit = time_limit(options, job.deadline_s)
+    if not _TIME_LIMIT.fullmatch(limit):
+        raise ConfigError("--time-limit", single_line("--time-limit", limit), "Slurm's format")
+    lines = [f"--job-name=bench-{job.job_id}", f"--nodes={job.topology.nodes}",
+             "--ntasks-per-node=1", f"--time={limit}",
+             f"--output={sbatch_path('--results', job.log_dir)}/slurm-%j.out"]
+    lines += [f"--partition={options.partition}"] if options.partition else []
+    lines += [f"--account={options.account}"] if options.account else []
     if options.gpus_per_node:
-        header.append(f"#SBATCH --gpus-per-node={options.gpus_per_node}")
-    task = _task_line(options, job, directory)
+        lines.append(f"--gpus-per-node={int(options.gpus_per_node)}")
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def script(options: SlurmOptions, job: JobSpec) -> str:
+    """The sbatch script of one job. Its fixed lines hold no value; every value is in the
+    #SBATCH lines (checked whole, one line each) or a word of an argv (``bench.shell``)."""
+    directory = options.remote_dir or str(REPO)
+    nodes, log_dir = job.topology.nodes, sbatch_path("--results", job.log_dir)
     srun = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={log_dir}/node%n.log"]
     if options.runtime == "pyxis":
         srun += [f"--container-image={options.image}", f"--container-mounts={directory}",
                  f"--container-workdir={directory}"]
+    about = single_line("the job", f"{nodes} node(s), processes per node {job.topology}, "
+                        f"{job.module} ({options.runtime} runtime)")
     return "\n".join([
         "#!/bin/bash",
-        f"# bench job {job.job_id}: {nodes} node(s), processes per node {job.topology}, "
-        f"{job.module} ({options.runtime} runtime). Submit with: sbatch THIS_FILE",
-        *header,
+        f"# bench job {job.job_id}: {about}. Submit with: sbatch THIS_FILE",
+        *header(options, job),
         "set -euo pipefail",
-        f"cd {shlex.quote(directory)}",
+        words(["cd", directory]),
         "# The allocation's first node leads the rendezvous; the port follows the job id.",
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "MASTER_ADDR=$(scontrol show node \"$first\" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)",
         f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPREAD} ))",
         "export MASTER_ADDR MASTER_PORT",
         "# One task per node; its node rank is SLURM_NODEID. A task that fails stops the rest.",
-        f"{shlex.join(srun)} bash -c {shlex.quote(task)}",
+        words([*srun, *task_argv(options, job, directory)]),
         ""])
 
 
-def _task_line(options: SlurmOptions, job: JobSpec, directory: str) -> str:
-    """What each node's task runs, then the line that reports its exit code."""
-    results = str(job.results.resolve())
+def task_argv(options: SlurmOptions, job: JobSpec, directory: str) -> list[str]:
+    """What srun runs on each node: ``bash -c TASK`` with the node's process counts, its
+    command (placeholders for what only the node knows) and, for Compose, the clean-up."""
     if options.runtime == "compose":
-        from bench.host.launchers import ssh
-
-        ssh_options = ssh.SshOptions(hosts=("@MASTER_ADDR@",), runtime="compose",
-                                     remote_dir=directory, image=options.image,
-                                     env_file=options.env_file, profile=options.profile,
-                                     results_root=options.results_root)
-        port_job = dataclasses.replace(job, master_port=0)
-        up, down = ssh._compose_lines(ssh_options, port_job, directory, "@MASTER_ADDR@",
-                                      "@NODE_RANK@", {})  # type: ignore[arg-type]
-        up = up.replace("MASTER_PORT=0", "MASTER_PORT=@MASTER_PORT@").replace("exec env", "env")
-        down = down.replace("MASTER_PORT=0", "MASTER_PORT=@MASTER_PORT@")
-        run = f"( {up} ); rc=$?; ( {down} ) >/dev/null 2>&1"
+        assert options.image is not None  # checked in SlurmOptions
+        node = compose.remote_node(
+            job, profile=options.profile, image=options.image,
+            env_file=str(options.env_file or Path(directory) / "compose" / ".env"),
+            results_root=options.results_root, node_rank="@NODE_RANK@", nproc="@NPROC@",
+            master_addr="@MASTER_ADDR@", master_port="@MASTER_PORT@")
+        env = ["env", *(assignment(k, v) for k, v in sorted(node.env.items()))]
+        main, cleanup = [*env, *node.up], [*env, *node.down]
     else:
         python = "python3" if options.runtime == "pyxis" else f"{directory}/.venv/bin/python"
-        argv = native.torchrun_argv(job.topology, "@NODE_RANK@", master_addr="@MASTER_ADDR@",
+        main = native.torchrun_argv(job.topology, "@NODE_RANK@", master_addr="@MASTER_ADDR@",
                                     master_port="@MASTER_PORT@", rdzv_timeout=job.rdzv_timeout,
-                                    job_id=job.job_id, results=results,
+                                    job_id=job.job_id, results=str(job.results.resolve()),
                                     trainer_args=list(job.workload_args), python=python,
                                     module=job.module, nproc="@NPROC@")
-        run = f"{shlex.join(argv)}; rc=$?"
-    for placeholder, variable in _PLACEHOLDERS.items():
-        run = run.replace(placeholder, variable)
-    # Each node's process count, by its SLURM_NODEID (uneven nodes: 1+1+2).
-    counts = " ".join(map(str, job.topology.counts))
-    return (f'procs=({counts}); {run}; '
-            'echo "[bench-slurm] node $SLURM_NODEID ($SLURMD_NODENAME) exited $rc"; exit $rc')
+        cleanup = []
+    _refuse_placeholders(options, job, directory)
+    counts = words(job.topology.counts)  # digits only: "1 1 2", read back as an array
+    return ["bash", "-c", TASK, "bench-task", counts, str(len(main)), *main, *cleanup]
+
+
+def _refuse_placeholders(options: SlurmOptions, job: JobSpec, directory: str) -> None:
+    """A value of the user's that holds a placeholder would be filled in on the node:
+    refused, naming it."""
+    given = [("trainer flags", arg) for arg in job.workload_args] + [
+        ("--results", str(job.results.resolve())), ("--remote-dir", directory),
+        ("--env-file", str(options.env_file or "")), ("--image", options.image or "")]
+    for setting, value in given:
+        held = [p for p in PLACEHOLDERS if p in value]
+        if held:
+            raise ConfigError(setting, value[:120], f"holds {held[0]}, which the Slurm task "
+                              "fills in on each node: leave it out")
 
 
 def parse_job_state(text: str) -> dict[str, str]:
@@ -205,7 +250,10 @@ class SlurmLauncher:
         self.options = options
 
     def preflight(self, topologies: list[Topology]) -> None:
-        """The controller answers and the partition exists, before the first job."""
+        """The job logs' directory fits an #SBATCH line, the controller answers and the
+        partition exists, before the first job."""
+        # The job's logs go under the results' directory, into #SBATCH --output=.
+        sbatch_path("--results", self.options.results_root)
         try:
             out = subprocess.run(["sinfo", "-h", "-o", "%P %D",
                                   *(["-p", self.options.partition]
@@ -268,7 +316,7 @@ class SlurmLauncher:
         nodes = []
         for rank in range(job.topology.nodes):
             lines = _read_lines(job.log_dir / f"node{rank}.log")
-            exits = [m for m in map(_EXIT_LINE.match, lines) if m]
+            exits = [m for m in map(_EXIT_LINE.fullmatch, lines) if m]
             code = int(exits[-1].group(3)) if exits else None
             host = exits[-1].group(2) if exits and exits[-1].group(2) else f"node{rank}"
             nodes.append(NodeOutcome(rank, host, code, lines[-TAIL_LINES:], lines))

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import subprocess
 from pathlib import Path
 
-from bench.host import contract
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.provenance import COMM_ENV_PREFIXES
+from bench.shell import assignment, command_line, words
 from bench.topology import Topology, host_address
 
 REPO = Path(__file__).resolve().parents[3]
@@ -48,9 +47,10 @@ def forwarded_env() -> dict[str, str]:
 
 
 def remote_shell(directory: str, env: dict[str, str], argv: list[str]) -> str:
-    """One shell line for the remote host: cd, then exec the command with its env."""
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return f"cd {shlex.quote(directory)} && exec env {assignments} {shlex.join(argv)}"
+    """One shell line for the remote host: ``cd DIR && exec env K=V ... argv``, every word
+    quoted (``bench.shell``), so it splits back to exactly that argv on the host."""
+    return command_line(["exec", "env", *(assignment(k, v) for k, v in sorted(env.items())),
+                         *argv], cwd=directory)
 
 
 def gpu_count(host: str, ssh_config: Path | None) -> int | None:
@@ -114,18 +114,33 @@ class SshLauncher:
                     trainer_args=list(job.workload_args),
                     python=f"{self.directory}/.venv/bin/python", module=job.module)
                 line = remote_shell(self.directory, env, argv)
-                stop = f"pkill -TERM -f -- {shlex.quote('--rdzv-id ' + job.job_id)} || true"
+                # The job's processes, by the job id in their command line.
+                stop = words(["pkill", "-TERM", "-f", "--", f"--rdzv-id {job.job_id}"])
             else:
-                line, stop = _compose_lines(self.options, job, self.directory, self.master,
-                                            rank, env)
+                node = self.compose_node(job, rank, env)
+                line = remote_shell(self.directory, node.env, node.up)
+                stop = command_line(["env", *(assignment(k, v) for k, v
+                                              in sorted(node.env.items())), *node.down],
+                                    cwd=self.directory)
             commands.append(NodeCommand(rank, host, ssh_argv(self.ssh, host, line)))
             cleanups.append(ssh_argv(self.ssh, host, stop))
         return commands, cleanups
 
+    def compose_node(self, job: JobSpec, rank: int, env: dict[str, str]) -> compose.RemoteNode:
+        """Node ``rank`` as a Compose project on its host (``--runtime compose``)."""
+        options = self.options
+        assert options.image is not None  # checked where the options were parsed
+        env_file = options.env_file or Path(self.directory) / "compose" / ".env"
+        return compose.remote_node(job, profile=options.profile, image=options.image,
+                                   env_file=str(env_file), results_root=options.results_root,
+                                   node_rank=rank, nproc=job.topology.procs_on(rank),
+                                   master_addr=self.master, master_port=job.master_port,
+                                   extra_env=env)
+
     def render(self, job: JobSpec) -> str:
         commands, cleanups = self.commands(job)
         return render_commands(commands) + "\n# afterwards, on every host:\n" + \
-            "\n".join(shlex.join(argv) for argv in cleanups)
+            "\n".join(words(argv) for argv in cleanups)
 
     def launch(self, job: JobSpec) -> JobOutcome:
         commands, cleanups = self.commands(job)
@@ -137,35 +152,3 @@ class SshLauncher:
         return run_nodes(commands, deadline_s=job.deadline_s, log_dir=job.log_dir,
                          cleanup=cleanup)
 
-
-def _compose_lines(options: SshOptions, job: JobSpec, directory: str, master: str, rank: int,
-                   env: dict[str, str]) -> tuple[str, str]:
-    """The remote `compose up` for one node, and the `compose down` that undoes it."""
-    assert options.image is not None  # checked where the options were parsed
-    service, image_var = compose.SERVICES[options.profile]
-    results_dir = options.results_root.resolve()
-    env_file = options.env_file or Path(directory) / "compose" / ".env"
-    project = contract.project_name(job.job_id, rank)
-    node_env = {**env, **contract.node_env(
-        nnodes=job.topology.nodes, node_rank=rank,
-        # On Slurm the rank is a shell variable, and so is the node's count.
-        nproc_per_node=job.topology.procs_on(rank) if isinstance(rank, int) else "@NPROC@",
-        master_addr=master, master_port=job.master_port, rdzv_timeout=job.rdzv_timeout,
-        job_id=job.job_id, module=job.module, workload_args=list(job.workload_args),
-        results_dir=str(results_dir),
-        results_name=str(Path(job.results).resolve().relative_to(results_dir))),
-        "BENCH_ENV_FILE": str(env_file), image_var: options.image}
-    # Compose v2 where the host has it, else docker-compose: decided on the host.
-    base = ["$compose", "-f", "compose/docker-compose.yml", "--env-file", str(env_file),
-            "--profile", options.profile, "-p", project]
-    pick = contract.COMPOSE_PICK_SHELL
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node_env.items()))
-    # The image id is read on the host itself: each host has its own copy of the image.
-    identity = (f"BENCH_IMAGE_ID=$(docker image inspect -f '{{{{.Id}}}}' "
-                f"{shlex.quote(options.image)}) && export BENCH_IMAGE_ID BENCH_IMAGE_DIGEST="
-                "$BENCH_IMAGE_ID")
-    up = (f"cd {shlex.quote(directory)} && {pick} && {identity} && exec env {assignments} "
-          f"{' '.join(base)} up --no-log-prefix --exit-code-from {service} {service}")
-    down = (f"cd {shlex.quote(directory)} && {pick} && env {assignments} {' '.join(base)} "
-            "down -v --remove-orphans -t 5 || true")
-    return up, down
