@@ -19,9 +19,18 @@ if [ -n "${BENCH_GPUS:-}" ]; then
   export CUDA_VISIBLE_DEVICES="$BENCH_GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID
 fi
 echo "bench-node: node $NODE_RANK of $NNODES, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT" >&2
-# BENCH_ARGS is split on spaces on purpose: it carries several trainer flags.
-# shellcheck disable=SC2086
+# BENCH_ARGS carries the workload's flags as one shell-quoted string (bench.host.contract
+# writes it with shlex.join; a hand-written .env may give plain words). Python's shlex splits
+# it back into exactly those words (it parses only: nothing is expanded, globbed or run) and
+# quotes each for `set --`, so a flag with a blank, a quote or a '*' arrives whole.
+if ! words=$(python3 -c 'import shlex, sys; print(shlex.join(shlex.split(sys.argv[1])))' 2>/dev/null \
+    "${BENCH_ARGS:-}"); then
+  echo "bench-node: BENCH_ARGS cannot be split into words (an unbalanced quote?): fix it in" \
+    "the settings file" >&2
+  exit 2
+fi
+eval "set -- $words"
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
   --rdzv-id "${BENCH_JOB_ID:-bench}" --rdzv-conf "timeout=$RDZV_TIMEOUT" \
-  -m "${BENCH_MODULE:-bench.rank.train}" --results "$RESULTS_FILE" ${BENCH_ARGS:-}
+  -m "${BENCH_MODULE:-bench.rank.train}" --results "$RESULTS_FILE" "$@"

@@ -326,3 +326,12 @@ def test_doctor_refuses_a_bad_master_port_in_the_settings(port, tmp_path, capsys
     assert doctor.main(["--hosts", "a", "--env-file", str(env_file)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "MASTER_PORT=" in err[0], err
+
+
+def test_only_known_settings_are_forwarded_to_the_hosts(monkeypatch, capsys):
+    """The remote line carries the allow-listed communication settings, never an unknown
+    NCCL_ variable (a token, say), and says which it left behind."""
+    monkeypatch.setattr(ssh.os, "environ", {"NCCL_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "4",
+                                            "NCCL_FOO_TOKEN": "s3cret", "HOME": "/root"})
+    assert ssh.forwarded_env() == {"NCCL_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "4"}
+    assert "not forwarded (not a known setting): NCCL_FOO_TOKEN" in capsys.readouterr().err

@@ -260,8 +260,6 @@ BAD = [
     (["--results-claim", "a", "--results-host-path", "/srv/r"], None, "--results-host-path="),
     (["--profile", "gpu-ib"], None, "--profile=gpu-ib"),
     (["--topologies", "1+2"], None, "--topologies=1+2"),
-    (["--", "--steps", "2", "--data-dir", "/data/a b"], None, "trainer flags=/data/a b"),
-    (["--", "--steps", "2", "--data-dir", "$(touch pwned)"], None, "trainer flags="),
     ([], "NODE_RANK=1\nNNODES=2\nMASTER_ADDR=10.0.0.1\n", "NODE_RANK=1"),
     ([], "DATA_MOUNT_OPTIONS=addr=10.0.0.5,port=2050\n", "DATA_MOUNT_OPTIONS=port=2050"),
     ([], "DATA_MOUNT_OPTIONS=addr=-oproxy,ro\n", "DATA_MOUNT_OPTIONS="),

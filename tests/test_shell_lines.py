@@ -383,6 +383,8 @@ def test_the_netns_render_quotes_every_word():
 
 # --- Kubernetes: the pod's env, run by the image's entrypoint --------------------------------
 K8S_SETTINGS = Path(tempfile.mkdtemp(prefix="bench-k8s-")) / "node.env"
+REAL_PYTHON = Path(tempfile.mkdtemp(prefix="bench-python-"))
+(REAL_PYTHON / "python3").symlink_to(Path(sys.executable).resolve())
 K8S_SETTINGS.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_OPTIONS=addr=10.0.0.5,"
                         "nfsvers=4.1,ro\nNCCL_SOCKET_IFNAME=eth0\nGLOO_SOCKET_IFNAME=eth0\n")
 
@@ -400,8 +402,10 @@ def test_the_kubernetes_entrypoint_gets_exactly_the_flags_or_they_are_refused(ar
     env = {item["name"]: item["value"] for item in container["env"]}
     assert shlex.split(env["BENCH_ARGS"]) == list(args)
     # The container's command: the image's entrypoint with this env (torchrun stubbed).
+    # The entrypoint splits BENCH_ARGS with the real python3's shlex (only torchrun stubbed).
     calls = run_bash(shlex.join(["sh", str(REPO / "docker" / "node-entrypoint.sh")]),
-                     env={k: v for k, v in env.items() if k != "HOME"})
+                     env={**{k: v for k, v in env.items() if k != "HOME"},
+                          "PATH": f"{REAL_PYTHON}:{PATH}"})
     assert len(calls) == 1 and calls[0][0] == "torchrun"
     assert calls[0][len(calls[0]) - len(args):] == list(args)
 

@@ -82,11 +82,6 @@ def project_name(job_id: str, rank: int | str) -> str:
     return f"bench-{job_id}-node{rank}".lower()
 
 
-# The same choice as ``compose_command``, made by a shell on another host (ssh, Slurm).
-COMPOSE_PICK_SHELL = ("compose=$(docker compose version >/dev/null 2>&1 "
-                      "&& echo 'docker compose' || echo docker-compose)")
-
-
 def compose_command() -> list[str]:
     """$COMPOSE if set, else `docker compose` (v2) where present, else docker-compose."""
     if os.environ.get("COMPOSE"):

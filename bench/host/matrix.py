@@ -287,7 +287,6 @@ class MatrixConfig:
                 raise ConfigError("--image", "''", "Kubernetes pulls the trainer image: give "
                                   "its registry name, e.g. registry.example:5000/bench:cuda")
             k8s.check_topologies(topologies)
-            k8s.check_workload_args(trainer_args)
         runtime = a.runtime or ("native" if a.launcher == "slurm" else "compose")
         if a.launcher == "ssh" and runtime == "pyxis":
             raise ConfigError("--runtime", runtime, "pyxis is a Slurm runtime: use compose or "

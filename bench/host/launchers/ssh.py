@@ -12,19 +12,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
-from bench.provenance import COMM_ENV_PREFIXES
+from bench.provenance import COMM_ENV_PREFIXES, COMM_SETTINGS
 from bench.shell import assignment, command_line, words
 from bench.topology import Topology, host_address
 
 REPO = Path(__file__).resolve().parents[3]
 CONNECT_TIMEOUT_S = 10
-# Forwarded to every host: the communication settings and the thread count.
-FORWARDED_PREFIXES = (*COMM_ENV_PREFIXES, "OMP_NUM_THREADS")
+# Forwarded to every host: the known communication settings (the one allow-list, which
+# records use too) and the thread count. The values travel in the remote command line, which
+# a dry run prints and other users of a host may see: nothing outside the list goes.
+FORWARDED = COMM_SETTINGS | {"OMP_NUM_THREADS"}
 
 
 def ssh_base(ssh_config: Path | None = None) -> list[str]:
@@ -43,7 +46,15 @@ def ssh_argv(base: list[str], host: str, command: str) -> list[str]:
 
 
 def forwarded_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_PREFIXES)}
+    """This host's known communication settings, for every node; an unknown NCCL_, GLOO_ or
+    TORCH_NCCL_ variable is named on stderr and left behind (set it in the node's env file
+    if it is meant)."""
+    unknown = sorted(k for k in os.environ
+                     if k.startswith(COMM_ENV_PREFIXES) and k not in FORWARDED)
+    if unknown:
+        print(f"[ssh] not forwarded (not a known setting): {', '.join(unknown)}",
+              file=sys.stderr)
+    return {k: v for k, v in os.environ.items() if k in FORWARDED}
 
 
 def remote_shell(directory: str, env: dict[str, str], argv: list[str]) -> str:
