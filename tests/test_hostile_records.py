@@ -73,7 +73,7 @@ def _numbers(schema: dict, integer: bool):
     """The edges of a number's range and any value inside it."""
     low = schema.get("minimum", schema.get("exclusiveMinimum", -1e308))
     high = schema.get("maximum", schema.get("exclusiveMaximum", 1e308))
-    edges = [low, high, 0, 1, -1, 5e-324, -5e-324, 1e-300, 0.5, high / 3, high - 1,
+    edges = [low, high, 0, 1, -1, 5e-324, -5e-324, 1e-9, 1.1e-9, 0.5, high / 3, high - 1,
              1.7e308, -1.7e308, 2 ** 53 + 1, 65536, 2e8]
     if integer:
         edges = [math.floor(e) if math.isfinite(e) and abs(e) < 2 ** 63 else 0 for e in edges]
@@ -188,11 +188,45 @@ def _mutable_paths(base: dict, values: SchemaValues) -> list[tuple]:
     return [p for p in paths if p[0] not in ("status", "error", "mode", "schema_version")]
 
 
-def _set(rec: dict, path: tuple, value) -> None:
-    target = rec
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = value
+def _set(target, path: tuple, value) -> None:
+    """Set ``value`` at ``path``, where index 0 stands for every item of its list: one
+    hostile value in every message size of a sweep, every bucket of a timeline (a tiny
+    busbw in the largest size alone is what breaks the arithmetic)."""
+    step, rest = path[0], path[1:]
+    for place in range(len(target)) if isinstance(step, int) else [step]:
+        if rest:
+            _set(target[place], rest, value)
+        else:
+            target[place] = value
+
+
+# Where every number of a record sits at one edge of its own range at once: the ratios
+# readers take of two figures (busbw of each size, a step over its buckets) meet their
+# extremes only when both ends are hostile together.
+EDGES = {"least": lambda s: s.get("minimum", s.get("exclusiveMinimum")),
+         "most": lambda s: s.get("maximum"), "tiny": lambda s: 5e-324,
+         "smallest": lambda s: 1e-9,   # the least positive figure the schema takes
+         "zero": lambda s: 0, "huge": lambda s: 1.7e308}
+
+
+def _at_edge(rec: dict, values: SchemaValues, edge: str, chosen: list[bool]) -> None:
+    numbers = [p for p in _mutable_paths(rec, values)
+               if _number_at(rec, p)]
+    for path, pick in zip(numbers, chosen * (len(numbers) // max(1, len(chosen)) + 1),
+                          strict=False):
+        schema = values.at(path)
+        value = EDGES[edge](schema)
+        if pick and value is not None and values.check(schema)(value):
+            _set(rec, path, value)
+
+
+def _number_at(rec: dict, path: tuple) -> bool:
+    value = rec
+    for step in path:
+        value = value[step] if isinstance(value, dict | list) and \
+            (isinstance(value, dict) and step in value or
+             isinstance(value, list) and len(value) > step) else None
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @st.composite
@@ -201,6 +235,9 @@ def hostile_records(draw) -> dict:
     rec = json.loads(json.dumps(BASES[name]))
     values = SWEEP_VALUES if rec["mode"] == "allreduce" else TRAINING_VALUES
     paths = _mutable_paths(rec, values)
+    edge = draw(st.sampled_from([None, *EDGES]))
+    if edge:
+        _at_edge(rec, values, edge, draw(st.lists(st.booleans(), min_size=1, max_size=8)))
     for path in draw(st.lists(st.sampled_from(paths), min_size=1, max_size=6, unique=True)):
         try:
             _set(rec, path, draw(values.values(values.at(path))))
@@ -446,6 +483,23 @@ def test_each_case_of_the_issue_is_refused_with_file_and_line(case, tmp_path):
         code, err = _run(main, argv)
         assert warning in err, (main.__module__, err)
         assert code in (0, 1), (main.__module__, err)
+
+
+def test_a_denormal_figure_is_refused(tmp_path):
+    """A busbw of 5e-324 GB/s in every message size was a valid sweep; predict divided by
+    it (a ZeroDivisionError, or a wire time of inf and a simulation that never ended). A
+    positive figure is now at least 1e-9."""
+    sweep = json.loads(json.dumps(SWEEP))
+    for row in sweep["sizes"]:
+        row["busbw_GBps"] = 5e-324
+    space = Workspace(tmp_path / "case", ONE_NODE)
+    space.comm.write_text(json.dumps(SWEEP) + "\n" + json.dumps(sweep) + "\n")
+    for main, argv in [(predict.main, [space.runs, "--link-from", space.comm]),
+                       (predict.main, [space.runs, "--link-from", space.comm, "--link", "5gbit"]),
+                       (accuracy.main, [space.runs, "--link-from", space.comm])]:
+        code, err = _run(main, argv)
+        assert f"{space.comm}:2: skipped: not a valid allreduce record" in err
+        assert code == 0
 
 
 def test_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path):
