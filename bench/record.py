@@ -182,6 +182,11 @@ def _constant(text: str):
 _STRICT_DECODER = json.JSONDecoder(parse_float=_float, parse_constant=_constant)
 _DECODER = json.JSONDecoder(parse_constant=_constant)
 _MAYBE_HUGE = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{200}")
+# A JSON string can spell a lone UTF-16 surrogate ("\udc80"), which no UTF-8 output holds:
+# a reader printing it, or writing it into a report, would fail. Only lines with such an
+# escape (a pair, e.g. an escaped emoji, decodes to one character) are searched for one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _KINDS = {list: "an array", str: "a string", int: "a number", float: "a number",
           bool: "a boolean", type(None): "null"}
 
@@ -205,11 +210,27 @@ def _parse(raw: bytes, validate: bool) -> dict:
         raise _Invalid(f"not a usable JSON value ({_short(str(error), 80)})") from None
     if not isinstance(rec, dict):
         raise _Invalid(f"{_KINDS.get(type(rec), 'a value')}, not a record object")
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            rec = _without_surrogates(rec)
+        except RecursionError:
+            raise _Invalid("JSON nested too deeply") from None
     if validate:
         problem = problem_of(rec)
         if problem:
             raise _Invalid(problem)
     return rec
+
+
+def _without_surrogates(value):
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    return value
 
 
 def problem_of(rec: dict) -> str | None:
@@ -335,6 +356,8 @@ def _schema(training_mode: bool) -> dict:
         return training_schema
     sweep = json.loads(ALLREDUCE_SCHEMA_PATH.read_text())
     sweep["properties"]["env"] = training_schema["properties"]["env"]
+    # The env block refers to the training schema's definitions (bounded names, numbers).
+    sweep["$defs"] = {**training_schema["$defs"], **sweep.get("$defs", {})}
     return sweep
 
 

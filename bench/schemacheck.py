@@ -210,6 +210,20 @@ def _k_additional(schema, build, resolve):
     return check
 
 
+def _k_property_names(schema, build, resolve):
+    name_check = build(schema["propertyNames"])
+
+    def check(v):
+        if isinstance(v, dict):
+            for name in v:
+                problem = name_check(name)
+                if problem:
+                    problem[0].append(name)
+                    return problem
+        return None
+    return check
+
+
 def _k_all_of(schema, build, resolve):
     parts = [build(s) for s in schema["allOf"]]
 
@@ -264,10 +278,13 @@ _KEYWORDS = {
     "pattern": _k_pattern,
     "minItems": _length("minItems", list, lambda n, m: n < m, "is too short"),
     "maxItems": _length("maxItems", list, lambda n, m: n > m, "is too long"),
+    "maxProperties": _length("maxProperties", dict, lambda n, m: n > m,
+                             "has too many properties"),
     "items": _k_items,
     "required": _k_required,
     "properties": _k_properties,
     "additionalProperties": _k_additional,
+    "propertyNames": _k_property_names,
     "allOf": _k_all_of,
     "anyOf": _k_any_of,
     "oneOf": _k_one_of,

@@ -175,6 +175,20 @@ def _broken_records() -> list[dict]:
         {"bucket_timeline": None}, {"bucket_timeline": {**TRAINING["bucket_timeline"],
                                                         "steps": 0}},
         {"dataset_manifest_sha256": "f" * 64}, {"dataset_manifest_sha256": "g" * 64},
+        {"dataset_manifest_sha256": "f" * 64 + "\n"},
+        # Issue 24: typed sections, bounded numbers and strings, names on one line.
+        {"config": {**TRAINING["config"], "model": "resnet18"}},
+        {"config": {**TRAINING["config"], "model": {"model": "$x^2$"}}},
+        {"config": {**TRAINING["config"], "model": {"model": "m" * 65}}},
+        {"config": {**TRAINING["config"], "model": {"model": "resnet18\n"}}},
+        {"samples_per_s": 1.7e308}, {"samples_per_s": 1e9}, {"nnodes": 2e8},
+        {"nnodes": 65536}, {"telemetry": {"source": "nvml", "reason": None, "power_w": "x"}},
+        {"telemetry": {"source": "nvml", "reason": None, "power_w": {"median": 300.0}}},
+        {"env": {**TRAINING["env"], "hostnames": ["a\tb"]}},
+        {"env": {**TRAINING["env"], "comm_env": {"NCCL DEBUG": "x"}}},
+        {"env": {**TRAINING["env"], "comm_env": {f"K{i}": "x" for i in range(257)}}},
+        {"traffic_by_kind": {"all_reduce": 1.0, "x" * 129: 1.0}},
+        {"error": "x" * 65537, "status": "error"}, {"error": "a\nb|c`$", "status": "error"},
     ]
     records = [{**TRAINING, **change} for change in changes]
     records += [_without(TRAINING, field) for field in ("env", "mfu", "error")]
