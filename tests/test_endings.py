@@ -157,8 +157,10 @@ def _agent(marker: Path, node_rank: int) -> int | None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"torch.distributed.run" in cmdline and \
-                cmdline[cmdline.index(b"--node_rank") + 1] == str(node_rank).encode():
+        # The agent is torchrun itself, or bench.rank.torchrun (native: its store bound).
+        agent = b"-m" in cmdline and cmdline[cmdline.index(b"-m") + 1] in (
+            b"torch.distributed.run", b"bench.rank.torchrun")
+        if agent and cmdline[cmdline.index(b"--node_rank") + 1] == str(node_rank).encode():
             return pid
     return None
 

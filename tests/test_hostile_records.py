@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from bench import record
 from bench.analysis import accuracy, compare, plot, predict, report, table
+from bench.paths import OWNED_MARK, PNG_MARK_KEY
 from bench.schemacheck import compile_schema
 from tests.conftest import REPO
 
@@ -332,7 +333,7 @@ def _read_without_plotting(space: Workspace) -> None:
     _run(predict.main, [space.runs, "--link-from", space.comm, "--nodes", "2"])
     _run(predict.main, [space.runs, "--link-from", space.comm, "--link", "5gbit"])
     _run(accuracy.main, [space.runs, "--link-from", space.comm])
-    with mock.patch.object(plot, "plot", lambda *args, **kwargs: []):
+    with mock.patch.object(plot, "charts", lambda *args, **kwargs: []):
         code, _ = _run(report.main, [space.runs])
     assert code == 0
     assert space.runs.with_suffix(".md").is_file() and space.runs.with_suffix(".html").is_file()
@@ -381,29 +382,30 @@ def test_every_reading_verb_but_plot_reads_any_accepted_record(rec, tmp_path_fac
     examples.check_memory()
 
 
-def _laid_out(fig, path: str) -> Path:
-    """plot's ``_save`` less the PNG encoding, which costs most of the time and depends on
+def _laid_out(fig) -> bytes:
+    """plot's ``_png`` less the PNG encoding, which costs most of the time and depends on
     no record: every text is laid out (where matplotlib parses ``$...$`` as mathtext), every
-    axis limit computed, and the file created under its name."""
+    axis limit computed; the bytes are a stand-in carrying the stack's mark, so the file is
+    still written through ``paths.write_output`` under its name."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    Path(path).touch()
     plt.close(fig)
-    return Path(path)
+    return (b"\x89PNG\r\n\x1a\n" + b"tEXt" + PNG_MARK_KEY.encode() + b"\0"
+            + OWNED_MARK.encode())
 
 
 @given(rec=hostile_records())
 def test_plot_draws_any_accepted_record(rec, tmp_path_factory):
     """Beside a real 1-node run of the same setup, so speedups are computed against it.
-    (The issue's cases below run plot with its real ``_save``.)"""
+    (The issue's cases below run plot with its real ``_png``.)"""
     examples = _examples(tmp_path_factory, "plot")
     # The real run only where the hostile one is drawn too (else it draws alone, the same
     # three figures every time: the cost of this property).
     field = table.metric_of(rec.get("mode", "steps"))[0]
     drawn = record.is_training(rec) and rec.get("status") == "ok" and rec.get(field)
     space = examples.workspace(_accepted(rec), beside=(ONE_NODE,) if drawn else ())
-    with mock.patch.object(plot, "_save", _laid_out):
+    with mock.patch.object(plot, "_png", _laid_out):
         code, _ = _run(plot.main, [space.runs, "--out-dir", space.out])
     assert code in (0, 1)
     examples.check_memory()
@@ -515,7 +517,7 @@ def test_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path):
     space = Workspace(tmp_path / "case", rec)
     (loaded, *_) = record.load(space.runs)
     assert loaded["error"] == "boom \ufffd" and loaded["env"]["cpu_model"] == "\ufffd cpu"
-    with mock.patch.object(plot, "plot", lambda *args, **kwargs: []):
+    with mock.patch.object(plot, "charts", lambda *args, **kwargs: []):
         assert _run(report.main, [space.runs])[0] == 0
     space.runs.with_suffix(".md").read_text(encoding="utf-8")
     assert _run(table.main, [space.runs])[0] == 0
