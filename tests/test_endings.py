@@ -97,6 +97,44 @@ def test_a_killed_rank_outranks_the_rank_that_only_lost_it():
     assert failure_cause([lost, *TORCHRUN_RANK_KILLED]) == (None, "rank 1 killed by SIGKILL")
 
 
+def test_a_killed_rank_is_named_when_torchrun_puts_its_lost_peer_first():
+    """torchrun orders failures by their error files' time: rank 0, which lost its peer and
+    wrote its file at once, can be the 'root cause' while the rank killed by SIGKILL (no
+    file) and one the agent then stopped (SIGTERM) are among the other failures."""
+    report = """\
+bench train: FAILED (error): RuntimeError: Connection reset by peer; record appended to /r/t.jsonl
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+bench.rank.train FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-25_15:30:01
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : -15 (pid: 3)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 3
+[2]:
+  time      : 2026-11-25_15:30:01
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 2)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 2
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_15:30:00
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 1)
+  error_file: /tmp/error.json
+  traceback : RuntimeError: Connection reset by peer
+============================================================""".splitlines()
+    assert failure_cause(report) == (None, "rank 1 killed by SIGKILL")
+
+
 def test_a_node_killed_outright_says_by_which_signal():
     node = NodeOutcome(1, "node1", -9, [], [])
     rec = describe_failure({"status": "error", "error": NO_RECORD},

@@ -81,27 +81,45 @@ def failure_cause(lines: list[str]) -> tuple[str | None, str]:
 
 # torchrun's report of a failed rank: its rank, then its exit code and signal.
 _ROOT_CAUSE = "Root Cause (first observed failure):"
+_FAILURES = "Failures:"
 _RANK_LINE = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_LINE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 
 
 def killed_rank(lines: list[str]) -> str | None:
-    """"rank 1 killed by SIGKILL" where torchrun's root cause is a rank a signal ended (the
+    """"rank 1 killed by SIGKILL" where torchrun's report holds a rank a signal ended (the
     OOM killer, a user's kill): such a rank printed nothing, and the lines around the
-    report are torchrun's own traceback."""
-    start = max((i for i, line in enumerate(lines) if _ROOT_CAUSE in line), default=None)
-    if start is None:
+    report are torchrun's own traceback. The root cause is preferred; but torchrun orders
+    failures by their error files' time, and a rank that lost the killed peer may write
+    its file before the agent sees the kill, so the killed rank can sit among the other
+    "Failures:" of the report while the root cause is the peer that only lost it."""
+    root = max((i for i, line in enumerate(lines) if _ROOT_CAUSE in line), default=None)
+    if root is None:
         return None
-    rank = code = None
-    for line in lines[start + 1:]:
+    start = max((i for i, line in enumerate(lines[:root]) if _FAILURES in line), default=root)
+    # The root cause first. Among the other failures, SIGTERM is not a cause: torchrun
+    # ends the ranks left with it once one has failed.
+    signalled = [(is_root, rank, code) for rank, code, is_root
+                 in _reported_ranks(lines, start, root)
+                 if code < 0 and (is_root or code != -signal.SIGTERM)]
+    if not signalled:
+        return None
+    _, rank, code = max(signalled, key=lambda failure: failure[0])
+    return f"rank {rank} killed by {signal_name(-code)}"
+
+
+def _reported_ranks(lines: list[str], start: int, root: int) -> list[tuple[int, int, bool]]:
+    """(rank, exit code, whether it is the root cause) of each failure torchrun reported
+    from line ``start`` on (its "Failures:" section, then its root cause at ``root``)."""
+    reported, rank = [], None
+    for index in range(start + 1, len(lines)):
+        line = lines[index]
         if rank is None and (match := _RANK_LINE.match(line)):
             rank = int(match.group(1))
         elif rank is not None and (match := _EXIT_LINE.match(line)):
-            code = int(match.group(1))
-            break
-    if rank is None or code is None or code >= 0:
-        return None
-    return f"rank {rank} killed by {signal_name(-code)}"
+            reported.append((rank, int(match.group(1)), index > root))
+            rank = None
+    return reported
 
 
 def signal_name(number: int) -> str:
