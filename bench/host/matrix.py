@@ -44,7 +44,7 @@ from bench.config import (
 from bench.host import gpus, ports
 from bench.host.failures import describe_failure, failure_record
 from bench.host.launchers import LAUNCHERS, JobSpec, Launcher
-from bench.host.launchers.nodes import CONSOLE, shielded
+from bench.host.launchers.nodes import CONSOLE, say, shielded
 from bench.host.netlab import terminate_raises
 from bench.options import (
     MAX_PORT,
@@ -545,7 +545,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                 rec = interrupted_record(train_cfg, cell, signum)
                 _write_row(cfg, rec, _matrix_section(cfg, matrix_id, index, repeat, cell,
                                                      train_cfg, job_id, launched))
-                _say(f"\n[matrix] interrupted by {signal.Signals(signum).name}: every node "
+                say(f"\n[matrix] interrupted by {signal.Signals(signum).name}: every node "
                      f"was stopped; job {number}/{len(jobs)} recorded as {rec['status']} in "
                      f"{cfg.results}")
             raise Interrupted(signum) from None
@@ -602,7 +602,7 @@ def _write_row(cfg: MatrixConfig, rec: dict, section: dict) -> bool:
     try:
         record.append(cfg.results, rec)
     except OSError as error:  # a full disk: keep the row where it can be recovered
-        _say(f"\n[matrix] could not append to {cfg.results} ({error}); the record:")
+        say(f"\n[matrix] could not append to {cfg.results} ({error}); the record:")
         with contextlib.suppress(OSError, ValueError):   # stdout gone too: nothing left
             record.emit(rec)
         return False
@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
             print(f"\n{prog}: error: {error}", file=sys.stderr)
             code = 2
         with shielded(), contextlib.suppress(OSError):  # a closed terminal (SIGHUP) says nothing
-            _say(f"[matrix] finished in {_eta(time.monotonic() - started)}")
+            say(f"[matrix] finished in {_eta(time.monotonic() - started)}")
             _report(cfg.results)
     return code
 
@@ -652,12 +652,6 @@ def _check_report_paths(results: Path) -> None:
         check_output(page, "--results", (results,), report.FIX)
 
 
-def _say(line: str) -> None:
-    """A line on stderr, which a closed terminal (SIGHUP) may have taken away."""
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
-
-
 def _report(results: Path) -> None:
     """The page beside the results; a report that cannot be made costs no measurement."""
     from bench.analysis import report
@@ -665,9 +659,9 @@ def _report(results: Path) -> None:
     try:
         md, page = report.write(results)
     except (ConfigError, OSError, ValueError) as error:
-        _say(f"[matrix] no report: {error}")
+        say(f"[matrix] no report: {error}")
         return
-    _say(f"[matrix] report: {md} and {page}")
+    say(f"[matrix] report: {md} and {page}")
 
 
 if __name__ == "__main__":

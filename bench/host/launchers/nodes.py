@@ -61,12 +61,12 @@ def _open_log(log_path: Path | None, node: NodeOutcome):
         return open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - the pump closes it
     except OSError as error:
         node.log_error = f"cannot write its log {log_path} ({error})"
-        _warn(f"[{node.host}] warning: {node.log_error}; its output still reaches this "
+        say(f"[{node.host}] warning: {node.log_error}; its output still reaches this "
               "console")
         return None
 
 
-def _warn(line: str) -> None:
+def say(line: str) -> None:
     """A line on the console, which may itself be gone (a closed terminal)."""
     try:
         print(line, file=sys.stderr, flush=True)
@@ -104,7 +104,7 @@ def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> N
                     log.flush()
                 except OSError as error:
                     node.log_error = f"its log {log_path} stopped ({error})"
-                    _warn(f"[{node.host}] warning: {node.log_error}")
+                    say(f"[{node.host}] warning: {node.log_error}")
                     _close_quietly(log)
                     log = None
     finally:
