@@ -25,6 +25,10 @@ from bench.host import doctor
 from bench.host.failures import describe_failure, failure_record
 from bench.host.launchers import k8s
 from bench.host.launchers.base import JobSpec
+from bench.host.launchers.k8s import launcher as k8s_launcher
+from bench.host.launchers.k8s import options as k8s_options
+from bench.host.launchers.k8s import preflight as k8s_preflight
+from bench.host.launchers.k8s import status as k8s_status
 from bench.options import ConfigError, on_head
 from bench.topology import Topology
 from conftest import EXAMPLE_ENV, REPO
@@ -223,7 +227,7 @@ def test_a_bind_mounted_dataset_becomes_a_read_only_host_path(tmp_path):
 def test_object_names_are_dns_labels_that_leave_room_for_the_pods():
     for job_id in ("20260101T000000Z-abcd1234-c12r3", "X" * 80, "a_b.C-1", "---"):
         name = k8s.object_name(job_id)
-        assert k8s._DNS_LABEL.fullmatch(name) and name[0].isalpha(), name
+        assert k8s_options._DNS_LABEL.fullmatch(name) and name[0].isalpha(), name
         assert len(f"{name}-worker-1023") <= 63
 
 
@@ -393,7 +397,7 @@ def test_the_verdict_of_each_pod_status():
 
 def _row(tmp_path, state: dict, pods: list[dict], logs: list[list[str]], timed_out=False):
     spec = job(tmp_path)
-    nodes = [k8s.NodeOutcome(r, p["metadata"]["name"], k8s.pod_exit(p), lines[-20:], lines)
+    nodes = [k8s_status.NodeOutcome(r, p["metadata"]["name"], k8s.pod_exit(p), lines[-20:], lines)
              for r, (p, lines) in enumerate(zip(pods, logs, strict=True))]
     outcome = k8s.outcome(spec, "bench-x", state, pods, nodes, timed_out, 12.0)
     with on_head():
@@ -517,7 +521,7 @@ def test_launch_deletes_the_job_when_interrupted(tmp_path, fake_kubectl, monkeyp
     def interrupt(_seconds):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(k8s.time, "sleep", interrupt)
+    monkeypatch.setattr(k8s_launcher.time, "sleep", interrupt)
     with pytest.raises(KeyboardInterrupt):
         k8s.K8sLauncher(options(tmp_path)).launch(job(tmp_path))
     assert "delete" in _calls(fake_kubectl)[-1]
@@ -536,16 +540,16 @@ def test_preflight_rows_from_the_cluster(tmp_path, fake_kubectl, monkeypatch):
                         "status": {"allocatable": {"nvidia.com/gpu": "8"}}},
                        {"metadata": {"name": "cpu-b"}, "status": {"allocatable": {}}}]}
     (fake_kubectl / "job.json").write_text(json.dumps(nodes))  # any `get` answers this
-    monkeypatch.setattr(k8s.socket, "create_connection",
+    monkeypatch.setattr(k8s_preflight.socket, "create_connection",
                         lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
-    rows = {r.check: r for r in k8s.preflight(options(tmp_path, profile="gpu"), timeout=5)}
+    rows = {r.check: r for r in k8s.cluster_checks(options(tmp_path, profile="gpu"), timeout=5)}
     assert rows["context"].result == "PASS"
     assert rows["gpus"].result == "PASS" and "gpu-a 8" in rows["gpus"].detail
     assert rows["nfs"].result == "FAIL" and "10.0.0.5:2049" in rows["nfs"].detail
 
 
 def test_preflight_stops_at_a_context_that_does_not_answer(tmp_path, fake_kubectl):
-    rows = k8s.preflight(options(tmp_path), timeout=5)
+    rows = k8s.cluster_checks(options(tmp_path), timeout=5)
     assert [(r.check, r.result) for r in rows] == [("context", "FAIL")]
     with pytest.raises(RuntimeError, match="k8s context"):
         k8s.K8sLauncher(options(tmp_path)).preflight([Topology(2, 1)])
@@ -558,16 +562,16 @@ def test_preflight_sees_the_nfs_server_answer(tmp_path, fake_kubectl, monkeypatc
         server.listen()
         port = server.getsockname()[1]
         real = socket.create_connection
-        monkeypatch.setattr(k8s.socket, "create_connection",
+        monkeypatch.setattr(k8s_preflight.socket, "create_connection",
                             lambda address, timeout: real(("127.0.0.1", port), timeout))
-        rows = {r.check: r for r in k8s.preflight(options(tmp_path), timeout=5)}
+        rows = {r.check: r for r in k8s.cluster_checks(options(tmp_path), timeout=5)}
     assert rows["nfs"].result == "PASS"
 
 
 def test_doctor_k8s_reports_the_cluster_through_kubectl(tmp_path, fake_kubectl, capsys,
                                                          monkeypatch):
     # Nothing leaves loopback: the settings' NFS server (10.0.0.5) is refused in-process.
-    monkeypatch.setattr(k8s.socket, "create_connection",
+    monkeypatch.setattr(k8s_preflight.socket, "create_connection",
                         lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
     nodes = {"items": [{"metadata": {"name": "gpu-a"},
                         "status": {"allocatable": {"nvidia.com/gpu": "4"}}}]}

@@ -668,7 +668,7 @@ def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
         print(f"{prog}: error: --k8s: kubectl not found: install it and set a context "
               "(https://kubernetes.io/docs/tasks/tools/)", file=sys.stderr)
         return 2
-    return _report(k8s.preflight(options, timeout=min(args.timeout, 120.0),
+    return _report(k8s.cluster_checks(options, timeout=min(args.timeout, 120.0),
                                  pull_probe=args.pull_probe), prog)
 
 

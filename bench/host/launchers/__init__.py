@@ -10,11 +10,10 @@ here, behind an emulated link), ``slurm`` (one Slurm job, one srun task per node
 from __future__ import annotations
 
 from bench.host.launchers.base import JobSpec, Launcher, render_commands
-from bench.host.launchers.nodes import JobOutcome, NodeOutcome
 
 LAUNCHERS = ("native", "compose", "ssh", "netns", "slurm", "k8s")
 
-__all__ = ["LAUNCHERS", "JobSpec", "Launcher", "build", "failed_to_start", "render_commands"]
+__all__ = ["LAUNCHERS", "JobSpec", "Launcher", "build", "render_commands"]
 
 
 def build(name: str, options) -> Launcher:
@@ -46,9 +45,3 @@ def build(name: str, options) -> Launcher:
 
         return K8sLauncher(options)
     raise ValueError(f"unknown launcher {name!r}")
-
-
-def failed_to_start(host: str, reason: str) -> JobOutcome:
-    """The outcome of a job that never started, for the matrix to record as a failure."""
-    node = NodeOutcome(0, host, 1, [reason], [reason])
-    return JobOutcome([node], timed_out=False, seconds=0.0, culprit=node)

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.host import netlab
 from bench.host.launchers import native
 from bench.host.launchers.base import JobSpec
-from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.host.launchers.nodes import JobOutcome, NodeCommand, failed_to_start, run_nodes
 from bench.shell import words
 from bench.topology import Topology
 
@@ -116,8 +116,6 @@ class NetnsLauncher:
 
     def launch(self, job: JobSpec) -> JobOutcome:
         from bench.host import gpus
-        from bench.host.launchers import failed_to_start
-
         options = self.options
         try:
             if gpus.wants_gpus(list(job.workload_args), list(options.visible_gpus)):

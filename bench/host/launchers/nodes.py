@@ -324,3 +324,9 @@ def _descendants(root: int) -> list[_Process]:
         found.append(member)
         todo += children.get(member.pid, [])
     return found
+
+
+def failed_to_start(host: str, reason: str) -> JobOutcome:
+    """The outcome of a job that never started, for the matrix to record as a failure."""
+    node = NodeOutcome(0, host, 1, [reason], [reason])
+    return JobOutcome([node], timed_out=False, seconds=0.0, culprit=node)

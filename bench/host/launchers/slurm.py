@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec
-from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome
+from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
 from bench.options import ConfigError
 from bench.shell import assignment, single_line, words
 from bench.topology import Topology
@@ -273,8 +273,6 @@ class SlurmLauncher:
         return script(self.options, job)
 
     def launch(self, job: JobSpec) -> JobOutcome:
-        from bench.host.launchers import failed_to_start
-
         job.log_dir.mkdir(parents=True, exist_ok=True)
         path = job.log_dir / "job.sbatch"
         path.write_text(self.render(job), encoding="utf-8")
