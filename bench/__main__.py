@@ -1,6 +1,7 @@
 """``python -m bench VERB ...``: the stack's command line."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 # verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
@@ -42,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: error: unknown verb {verb!r}; choose from {', '.join(VERBS)}",
               file=sys.stderr)
         return 2
-    import importlib
-
     module = importlib.import_module(VERBS[verb][0])
     return module.main(rest, prog=f"bench {verb}")
 

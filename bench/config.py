@@ -10,7 +10,9 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import shutil
 import sys
+import sysconfig
 import typing
 from pathlib import Path
 
@@ -209,9 +211,6 @@ class PrecisionConfig:
 def compile_toolchain_missing() -> list[str]:
     """What torch.compile (Inductor's C++ and Triton's C launchers) needs and cannot find:
     a C++ compiler and this Python's headers."""
-    import shutil
-    import sysconfig
-
     missing = []
     if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
         missing.append("C++ compiler")
@@ -287,7 +286,8 @@ class OutputConfig:
             check_writable_file(self.results, "--results")
 
 
-SECTIONS = {
+# Each section's name (its key in TrainConfig and in the record) -> its class and flag title.
+SECTIONS: dict[str, tuple[type[typing.Any], str]] = {
     "model": (ModelConfig, "model"),
     "data": (DataConfig, "data"),
     "schedule": (ScheduleConfig, "schedule"),

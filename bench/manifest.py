@@ -10,6 +10,7 @@ import hashlib
 import os
 import random
 import stat
+import typing
 import unicodedata
 from pathlib import Path, PurePosixPath
 
@@ -138,6 +139,16 @@ def parse(manifest: Path) -> dict[str, str]:
                                    "dataset")
         entries[name] = digest
     return entries
+
+
+# A check that runs (mode all or sample) always returns the digest; only "off" returns None.
+@typing.overload
+def verify(data_dir: Path, mode: typing.Literal["all", "sample"], sample: int,
+           seed: int = 0) -> str: ...
+
+
+@typing.overload
+def verify(data_dir: Path, mode: str, sample: int, seed: int = 0) -> str | None: ...
 
 
 def verify(data_dir: Path, mode: str, sample: int, seed: int = 0) -> str | None:

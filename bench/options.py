@@ -14,9 +14,16 @@ import math
 import re
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-T = TypeVar("T")
+
+class _Dataclass(Protocol):
+    """Any dataclass (what ``dataclasses.fields`` accepts)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+T = TypeVar("T", bound=_Dataclass)
 
 # Unprivileged TCP ports: a benchmark has no business binding below 1024.
 MIN_PORT, MAX_PORT = 1024, 65535
@@ -109,15 +116,15 @@ def require_range(value: float | None, field_name: str, low: float, high: float,
     sure a typo as a negative one, and nan or inf would slip past ``<`` comparisons."""
     if value is None and optional:
         return
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
-    above = finite and (value > low if low_open else value >= low)
+    in_range = isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and (value > low if low_open else value >= low) \
+        and value <= high
     if isinstance(value, int) and not low_open and low in (0, 1):
         allowed = f"must be {'a positive integer' if low else '0 or more'}, at most {high:,}"
     else:
         allowed = (f"must be a number in ({low:g}, {high:,.10g}]" if low_open
                    else f"must be in {low:,.10g}-{high:,.10g}")
-    require(bool(above and value <= high), field_name, value, allowed)
+    require(in_range, field_name, value, allowed)
 
 
 def check_image(reference: str, setting: str) -> str:

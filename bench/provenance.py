@@ -13,6 +13,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from bench.units import parse_rate
+
 # Environment prefixes whose values change communication behaviour.
 COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_")
 # The communication settings a record names: documented NCCL, gloo and torch-NCCL variables
@@ -102,8 +104,6 @@ def link() -> dict | None:
     rate = os.environ.get("BENCH_LINK_RATE")
     if not rate:
         return None
-    from bench.units import parse_rate
-
     found = {"rate": rate, "rate_bps": parse_rate(rate, "BENCH_LINK_RATE"),
              "kind": os.environ.get("BENCH_LINK_KIND", "stated")}
     share = _cpu_share(os.environ.get("BENCH_LINK_CPU_SHARE"))

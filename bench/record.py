@@ -370,7 +370,7 @@ def _validator(mode: str):
     try:
         check = compile_schema(root)
     except UnsupportedSchema:
-        try:
+        try:  # deferred and optional: a host tool (requirements-host.txt), not in the image
             import jsonschema
         except ImportError:
             check = compile_schema(root, strict=False)

@@ -134,10 +134,15 @@ def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
     return found
 
 
+def _within_goal(ratio: float | None) -> bool:
+    """measured / predicted is within GOAL; a setup with no measured run is not."""
+    return ratio is not None and GOAL[0] <= ratio <= GOAL[1]
+
+
 def _ratio(p: Predicted | None) -> str:
     if p is None or p.ratio is None:
         return "- | -"
-    mark = "" if GOAL[0] <= p.ratio <= GOAL[1] else " **off**"
+    mark = "" if _within_goal(p.ratio) else " **off**"
     return f"{p.samples_per_s.text()} | {p.ratio:.2f}{mark}"
 
 
@@ -152,14 +157,14 @@ def table(found: list[Row]) -> str:
                      f"{row.one_node:.1f} ({row.one_node_samples}) | "
                      f"{p.measured_median:.1f} ({len(p.measured)}) | {_ratio(p)} | "
                      f"{'yes' if p.within else 'no'} | {_ratio(row.from_two)} |")
-    held = [r for r in found if GOAL[0] <= r.at_n.ratio <= GOAL[1]]
+    held = [r for r in found if _within_goal(r.at_n.ratio)]
     lines += ["", f"{len(held)} of {len(found)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
               "(N-node sweep); "
               f"{sum(1 for r in found if r.at_n.within)} of {len(found)} measured within "
               "the band"]
-    carried = [r for r in found if r.from_two and r.from_two.ratio is not None]
+    carried = [r.from_two.ratio for r in found if r.from_two and r.from_two.ratio is not None]
     if carried:
-        ok = sum(1 for r in carried if GOAL[0] <= r.from_two.ratio <= GOAL[1])
+        ok = sum(1 for ratio in carried if _within_goal(ratio))
         lines.append(f"{ok} of {len(carried)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
                      "from the 2-node sweep alone")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ B/A of the means, the median MFU on each side where known, and a verdict:
 """
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
@@ -116,8 +117,6 @@ def side(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
-    import argparse
-
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", type=Path, help="the reference results")

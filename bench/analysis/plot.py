@@ -58,6 +58,7 @@ def pyplot():
         with contextlib.suppress(OSError):  # a read-only checkout: matplotlib's default
             MATPLOTLIB_CACHE.mkdir(parents=True, exist_ok=True)
             os.environ["MPLCONFIGDIR"] = str(MATPLOTLIB_CACHE)
+    # Deferred: matplotlib is heavy, and reads MPLCONFIGDIR when first imported (just set).
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -209,7 +210,7 @@ def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:
 def _png(fig) -> bytes:
     """The figure as PNG bytes with the stack's mark (a text chunk), so that the next run
     may replace the file written from them; the figure is closed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: heavy; ``fig`` was drawn through pyplot()
 
     fig.tight_layout()
     out = io.BytesIO()

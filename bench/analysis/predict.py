@@ -84,6 +84,7 @@ from bench.analysis.prediction import (
     predict_step,
     scaling,
 )
+from bench.analysis.table import parse_where, select
 from bench.config import HOOK_WIRE_DTYPE, OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import Topology, parse_positive_ints
@@ -496,8 +497,6 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
                    help="only matching records (fields as in bench table)")
     args = p.parse_args(argv)
-    from bench.analysis.table import parse_where, select
-
     try:
         nodes = parse_positive_ints(args.nodes, "--nodes")
         if not math.isfinite(args.latency) or args.latency < 0:

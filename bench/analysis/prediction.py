@@ -282,7 +282,7 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
     calls = timeline.calls_per_bucket
     on_cpu = timeline.compute_cpus is not None
-    phases = []
+    phases: list[tuple[tuple[float, float], ...]] = []
     for bucket, sent in enumerate(timeline.sent_bytes):
         wire = calls * link.allreduce_s(sent / calls, nodes)
         cpu = calls * link.allreduce_cpu_s(sent / calls, nodes) / timeline.cpu_share \
@@ -345,7 +345,7 @@ def _simulate(timeline: Timeline,
             else math.inf
         running = computing and work < barrier - _EPS
         if sending is None and not running:
-            if not computing:
+            if compute_end is not None:  # backward is done, and nothing is sending
                 return compute_end, comm_end, comm_total
             barrier, running = math.inf, True   # nothing left to wait for
         taken, pace = (_comm_pace(*phases[sending][phase], k, running)

@@ -23,11 +23,13 @@ import re
 import statistics
 import sys
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 from tabulate import tabulate
 
 from bench import record
+from bench.analysis import plot
 from bench.analysis.table import (
     CPU_HEADERS,
     DEFAULT_GROUP_BY,
@@ -40,6 +42,7 @@ from bench.analysis.table import (
     metric_of,
     render,
 )
+from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.paths import MARK_COMMENT, check_output, write_output
 from bench.topology import Topology
@@ -73,7 +76,7 @@ def sweep_summary(records: list[dict]) -> list[str]:
             by_nodes.setdefault(key, []).append(rec)
     lines = []
     for (nodes, ranks), sweeps in sorted(by_nodes.items()):
-        busbw = _median([s["sizes"][-1]["busbw_GBps"] for s in sweeps])
+        busbw = statistics.median([s["sizes"][-1]["busbw_GBps"] for s in sweeps])
         largest = format_size(sweeps[0]["sizes"][-1]["size_bytes"])
         rates = {((s.get("env") or {}).get("link") or {}).get("rate_bps") for s in sweeps}
         rate = rates.pop() if len(rates) == 1 else None
@@ -107,14 +110,14 @@ def _training_summary(records: list[dict]) -> list[str]:
     if largest == base:
         lines.append(f"scaling: only {base} was measured for this setup")
     else:
-        ratio = _median(by_topology[largest]) / _median(by_topology[base])
+        ratio = statistics.median(by_topology[largest]) / statistics.median(by_topology[base])
         ratio = ratio if higher_better else 1 / ratio
         efficiency = ratio / (largest.devices / base.devices)
         lines.append(f"scaling at the largest topology, {largest} ({largest.devices} "
                      f"{devices}): {ratio:.2f}x over {base}, efficiency {efficiency:.0%}")
     shares = [r["comm_share"] for r in ok if _same_setup(r, best)
               and _topology(r) == largest and r.get("comm_share") is not None]
-    lines.append(f"exposed communication at {largest}: {_median(shares):.0%} of the step"
+    lines.append(f"exposed communication at {largest}: {statistics.median(shares):.0%} of the step"
                  if shares else f"exposed communication at {largest}: not measured "
                  "(a single process, or --comm-probe-steps 0)")
     return lines
@@ -185,7 +188,7 @@ def pages(results: Path) -> tuple[Path, Path]:
 
 
 def markdown(results: Path, records: list[dict], prediction: str | None = None,
-             charts: list[tuple[Path, bytes]] = ()) -> str:
+             charts: Sequence[tuple[Path, bytes]] = ()) -> str:
     """The report in Markdown; every text from a record (and the file's name) is shown
     through ``markdown_text``: it adds no row, column, line, link or HTML."""
     training = record.training(records)
@@ -223,7 +226,7 @@ def _code_block(text: str) -> str:
 
 
 def to_html(results: Path, records: list[dict], prediction: str | None = None,
-            charts: list[tuple[Path, bytes]] = ()) -> str:
+            charts: Sequence[tuple[Path, bytes]] = ()) -> str:
     """One self-contained page: tables as HTML, plots as data: URIs."""
     training = record.training(records)
     esc = html.escape
@@ -268,8 +271,6 @@ def write(results: Path, records: list[dict] | None = None,
     (``also_read``), a symbolic link, or a file bench did not make raises ConfigError
     with nothing written."""
     records = record.load(results) if records is None else records
-    from bench.analysis import plot
-
     inputs = (results, *also_read)
     md, page = pages(results)
     for path in (md, page):
@@ -287,8 +288,6 @@ FIX = "give the results file another name ending in .jsonl (the report takes its
 
 
 def main(argv: list[str] | None = None, prog: str = "bench report") -> int:
-    from bench.config import OneLineErrorParser
-
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path)

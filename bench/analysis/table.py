@@ -55,7 +55,9 @@ FIELDS: dict[str, Callable[[dict], object]] = {
 }
 DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook",
                     "strategy")
-FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex", "csv": None}
+# --format: tabulate's name for each table format, and csv (written by the csv module).
+TABULATE_FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex"}
+FORMATS = (*TABULATE_FORMATS, "csv")
 MARKDOWN_FORMATS = ("markdown", "github")
 CPU_HEADERS = {"GPUs": "processes", "batch/GPU": "batch/process"}
 HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",
@@ -193,16 +195,20 @@ def parse_columns(text: str) -> tuple[str, ...]:
     return names
 
 
+# One table of the group_tables: (group key, [row, ...], metric name, CPU run, note).
+GroupTable = tuple[tuple, list[list], str, bool, str]
+
+
 def group_tables(records: list[dict], group_by: tuple[str, ...],
-                 columns: tuple[str, ...] = ()) -> list[tuple[tuple, list]]:
-    """[(group key, [row, ...])] with rows already formatted as strings; ``columns`` adds
-    EXTRA_COLUMNS after the status."""
+                 columns: tuple[str, ...] = ()) -> list[GroupTable]:
+    """One GroupTable per group, rows already formatted (the numbers as strings);
+    ``columns`` adds EXTRA_COLUMNS after the status."""
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
     for rec in records:
         key = tuple(FIELDS[f](rec) for f in group_by)
         topology = Topology.of_record(rec)
         groups.setdefault(key, {}).setdefault(topology, []).append(rec)
-    tables = []
+    tables: list[GroupTable] = []
     for key in sorted(groups, key=natural_order):
         cells = groups[key]
         mode = next(iter(cells.values()))[0].get("mode", "steps")
@@ -223,7 +229,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...],
             cell = cells[topology]
             measured = values(cell)
             speedup = efficiency = ""
-            if measured and base:
+            if measured and base_topology is not None:
                 ratio = statistics.median(measured) / statistics.median(base)
                 ratio = ratio if higher_better else 1 / ratio
                 scale = topology.devices / base_topology.devices
@@ -281,7 +287,8 @@ def render(records: list[dict], fmt: str = "markdown",
         if cpu:
             headers = [CPU_HEADERS.get(h, h) for h in headers]
         cells = [[shown(cell) for cell in row] for row in rows]
-        parts.append(f"{title}\n\n" + tabulate(cells, headers=headers, tablefmt=FORMATS[fmt],
+        parts.append(f"{title}\n\n" + tabulate(cells, headers=headers,
+                                                tablefmt=TABULATE_FORMATS[fmt],
                                                 disable_numparse=True))
     return "\n\n".join(parts)
 
@@ -300,7 +307,7 @@ def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--format", choices=tuple(FORMATS), default="markdown")
+    parser.add_argument("--format", choices=FORMATS, default="markdown")
     parser.add_argument("--group-by", default=",".join(DEFAULT_GROUP_BY),
                         help=f"fields that make one table (from: {', '.join(FIELDS)})")
     parser.add_argument("--where", action="append", default=[],

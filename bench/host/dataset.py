@@ -60,10 +60,12 @@ def _check_source(dataset: str, src: Path | None, download: bool) -> Path | None
 def _sources(dataset: str, src: Path | None, download: bool) -> list[tuple[Path, str]]:
     """What staging copies: each source (a file or a directory tree) and its name in the
     export. Nothing for a download."""
+    if src is None or (dataset == "cifar10" and download):
+        return []  # a download: _check_source found a source for every other dataset
     if dataset == "fashion-mnist":
         paths = [find_idx_file(src, name) for name in FASHION_MNIST_FILES]
         return [(path, path.name) for path in paths if path is not None]
-    if dataset == "cifar10" and not download:
+    if dataset == "cifar10":
         return [(src / "cifar-10-batches-py", "cifar-10-batches-py")]
     if dataset == "imagefolder":
         return [(src / split, split) for split in ("train", "val")
@@ -127,6 +129,7 @@ def _copy_trees(trees: list[manifest.Tree], dest: Path) -> None:
 def _download(dest: Path) -> None:
     """cifar10 --download into ``dest``; what the archive unpacked is checked like a source
     (regular files and directories only) and made readable by the export's clients."""
+    # Deferred: torchvision (and torch under it) only for a download, never on the head else.
     from torchvision.datasets import CIFAR10
 
     CIFAR10(dest, train=True, download=True)

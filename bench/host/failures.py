@@ -13,8 +13,10 @@ import re
 import signal
 
 from bench import provenance
+from bench.allreduce_config import AllreduceConfig, skeleton
+from bench.config import TrainConfig
 from bench.host.outcome import JobOutcome
-from bench.record import MARKER, STATUSES
+from bench.record import MARKER, STATUSES, train_skeleton
 from bench.topology import Topology
 
 # What ``bench.rank.job`` prints on any rank whose measurement failed.
@@ -150,17 +152,11 @@ def exit_text(returncode: int | None) -> str:
     return f"exited {returncode}"
 
 
-def failure_record(cfg, topology: Topology) -> dict:
+def failure_record(cfg: TrainConfig | AllreduceConfig, topology: Topology) -> dict:
     """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
-    from bench.allreduce_config import AllreduceConfig
-
     if isinstance(cfg, AllreduceConfig):
-        from bench.allreduce_config import skeleton
-
         rec = skeleton(cfg)
     else:
-        from bench.record import train_skeleton
-
         rec = train_skeleton(cfg)
         rec["global_batch_size"] = (topology.devices * cfg.data.batch_size
                                     * cfg.distributed.grad_accum)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 
 from bench.options import ConfigError
 from bench.topology import Topology
 
 
-def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
+def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
     """The GPUs jobs on this host may use: CUDA_VISIBLE_DEVICES when set (an empty value
     hides them all), else every GPU nvidia-smi lists; none on a host without the driver."""
     environ = os.environ if environ is None else environ

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from bench.config import MAX_TIMEOUT_S, OneLineErrorParser
@@ -55,35 +56,37 @@ class _Unparsable(Exception):
     pass
 
 
-def _take(regex: re.Pattern, text: str, pos: int) -> re.Match:
+def _take(regex: re.Pattern[str], text: str, pos: int) -> re.Match[str]:
+    """The match of ``regex`` at ``pos``; a statement that does not match is unparsable (the
+    patterns that may match nothing, such as ``_SPACES``, always match)."""
     match = regex.match(text, pos)
     if match is None:
         raise _Unparsable
     return match
 
 
-def _unescape(regex: re.Pattern, value: str) -> str:
+def _unescape(regex: re.Pattern[str], value: str) -> str:
     return regex.sub(lambda m: codecs.decode(m.group(0), "unicode-escape"), value)
 
 
-def _bindings(text: str):
+def _bindings(text: str) -> Iterator[tuple[str, str | None]]:
     """(key, raw value or None) per statement, in order, as python-dotenv 0.21 reads them."""
     pos = 0
     while pos < len(text):
-        pos = _SPACES.match(text, pos).end()
+        pos = _take(_SPACES, text, pos).end()
         if pos >= len(text):
             return
         try:
-            pos = _EXPORT.match(text, pos).end()
+            pos = _take(_EXPORT, text, pos).end()
             if text.startswith("#", pos):
                 key = None
             else:
                 match = _take(_QUOTED_KEY if text.startswith("'", pos) else _KEY, text, pos)
                 key, pos = match.group(1), match.end()
-            pos = _BLANKS.match(text, pos).end()
+            pos = _take(_BLANKS, text, pos).end()
             value = None
             if key is not None and text.startswith("=", pos):
-                pos = _EQUALS.match(text, pos).end()
+                pos = _take(_EQUALS, text, pos).end()
                 if text.startswith("'", pos):
                     match = _take(_SINGLE_QUOTED, text, pos)
                     value = _unescape(_SINGLE_QUOTE_ESCAPES, match.group(1))
@@ -91,18 +94,25 @@ def _bindings(text: str):
                     match = _take(_DOUBLE_QUOTED, text, pos)
                     value = _unescape(_DOUBLE_QUOTE_ESCAPES, match.group(1))
                 else:
-                    match = _UNQUOTED.match(text, pos)
+                    match = _take(_UNQUOTED, text, pos)
                     value = re.sub(r"\s+#.*", "", match.group(1)).rstrip()
                 pos = match.end()
-            pos = _take(_END_OF_LINE, text, _COMMENT.match(text, pos).end()).end()
+            pos = _take(_END_OF_LINE, text, _take(_COMMENT, text, pos).end()).end()
         except _Unparsable:
-            pos = _REST_OF_LINE.match(text, pos).end()
+            pos = _take(_REST_OF_LINE, text, pos).end()
             continue
         if key is not None:
             yield key, value
 
 
-def read_env_file(path: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+def _interpolate(raw: str, scope: Mapping[str, str | None]) -> str:
+    """${VAR} and ${VAR:-default} in ``raw`` replaced from ``scope`` (unset or empty: the
+    default, else nothing)."""
+    return _VARIABLE.sub(
+        lambda m: scope.get(m.group("name"), m.group("default") or "") or "", raw)
+
+
+def read_env_file(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """KEY=VALUE statements as docker-compose 1.29 reads them (python-dotenv 0.21, above);
     ${VAR} takes an earlier value of the file, else the shell's. A key without ``=`` unsets."""
     environ = os.environ if environ is None else environ
@@ -113,9 +123,7 @@ def read_env_file(path: Path, environ: dict[str, str] | None = None) -> dict[str
     values: dict[str, str | None] = {}
     for key, raw in _bindings(text):
         if raw is not None:
-            scope = {**environ, **values}
-            raw = _VARIABLE.sub(lambda m, scope=scope: scope.get(
-                m.group("name"), m.group("default") or "") or "", raw)
+            raw = _interpolate(raw, {**environ, **values})
         values[key] = raw
     return {key: value for key, value in values.items() if value is not None}
 
@@ -403,7 +411,7 @@ def check_nfs_server(values: dict[str, str]) -> None:
                               "nfs/seccomp.json; unset, Compose uses that one")
 
 
-def load(env_file: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+def load(env_file: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The env file with the shell's variables on top where Compose interpolates them (the
     compose file's ${...}); the other settings reach the containers through env_file as the
     file has them, whatever the shell says."""
