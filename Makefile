@@ -470,9 +470,10 @@ bench-container-overhead: venv build-cpu ## the trainer natively vs in the CPU c
 	$(PY) scripts/overhead.py --against container --image "$$MK_CPU_IMAGE" --repeats "$$MK_REPEATS"
 
 # --- quality -------------------------------------------------------------------------------
-lint: venv ## static checks: ruff, and the architecture contracts (lint-imports: no torch on the host side, no cycles)
+lint: venv ## static checks: ruff, the architecture contracts (lint-imports: no torch on the host side, no cycles), the types (mypy)
 	"$$MK_VENV/bin/ruff" check bench tests scripts
 	"$$MK_VENV/bin/lint-imports" --no-cache
+	"$$MK_VENV/bin/mypy"
 
 unit: venv ## the fast unit tests only (no Docker)
 	$(PY) -m pytest -m "not e2e"

@@ -1,11 +1,15 @@
 """The three worlds, at run time: the host side, the analysis and the shared core import
 (and run their verbs) with torch made unimportable. `make lint` checks the same statically
-(lint-imports, pyproject.toml); this proves it where it matters, in a running process."""
+(lint-imports, pyproject.toml); this proves it where it matters, in a running process.
+`make lint`'s type check (mypy, configured in pyproject.toml) is run here too, and shown to
+catch what it is there to catch."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -103,3 +107,45 @@ def test_the_head_writes_a_failure_row_without_torch(tmp_path):
     row = json.loads(out.stdout)
     assert row["nnodes"] == 2 and row["status"] == "error"
     assert row["env"]["torch"], "the installed torch's version, read without importing it"
+
+
+def _mypy(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    """mypy with the project's configuration (pyproject.toml), as `make lint` runs it."""
+    return subprocess.run([sys.executable, "-m", "mypy", "--config-file",
+                           str(REPO / "pyproject.toml"), *args], cwd=cwd, capture_output=True,
+                          text=True)
+
+
+def test_the_host_side_and_the_core_type_check():
+    """No type error in the configured files, and they are all of the core, the host side and
+    the analysis: a narrower `files` would pass by checking less."""
+    out = _mypy()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1500:]
+    expected = [*(REPO / "bench").glob("*.py"), *(REPO / "bench" / "host").rglob("*.py"),
+                *(REPO / "bench" / "analysis").rglob("*.py")]
+    checked = re.search(r"no issues found in (\d+) source files", out.stdout)
+    assert checked and int(checked.group(1)) == len(expected), out.stdout
+
+
+BADLY_TYPED = textwrap.dedent("""\
+    import re
+
+
+    def match_end(text: str) -> int:
+        return re.match("a", text).end()  # no match is None
+
+
+    def untyped():
+        return "a" + 1
+""")
+
+
+def test_the_type_check_catches_a_none_and_checks_untyped_bodies(tmp_path):
+    """The same configuration fails a module that ignores a possible None, and one whose
+    error sits in a function without annotations (check_untyped_defs)."""
+    bad = tmp_path / "badly_typed.py"
+    bad.write_text(BADLY_TYPED)
+    out = _mypy(str(bad), cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert 'Item "None" of "Match[str] | None" has no attribute "end"' in out.stdout, out.stdout
+    assert 'Unsupported operand types for + ("str" and "int")' in out.stdout, out.stdout
