@@ -167,8 +167,23 @@ def failure_record(cfg: TrainConfig | AllreduceConfig, topology: Topology) -> di
     return rec
 
 
-# A scheduler's end states that decide the row's status whatever the nodes printed.
-_SCHEDULER_STATUS = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
+# Every end state of a job, in one vocabulary whichever scheduler reported it (Slurm's own
+# names; Kubernetes' pod and job status read into them), and the row status each gives.
+# "timeout" and "oom" are the scheduler's verdict whatever the nodes printed; "error" says
+# only that the job failed, and the failed node's own words (a trainer's "FAILED (oom)")
+# may say more. A state not here (UNKNOWN, a job still RUNNING) has not ended the job.
+END_STATES = {"COMPLETED": "ok", "FAILED": "error", "TIMEOUT": "timeout",
+              "CANCELLED": "error", "NODE_FAIL": "error", "OUT_OF_MEMORY": "oom",
+              "PREEMPTED": "error", "BOOT_FAIL": "error", "DEADLINE": "timeout"}
+_DECISIVE = ("timeout", "oom")
+
+
+def scheduler_status(state: str | None) -> str | None:
+    """The row status a scheduler's end state decides over what the nodes printed, or
+    None where the nodes' words decide (the state says only that the job failed, or ended
+    well, or it is no end state at all)."""
+    status = END_STATES.get(state or "")
+    return status if status in _DECISIVE else None
 
 
 def describe_failure(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
@@ -197,8 +212,9 @@ def _describe(rec: dict, outcome: JobOutcome, deadline_s: float) -> dict:
                 + (f", exit code {scheduler['exit_code']}" if scheduler.get("exit_code") else "")
                 + (f" on {scheduler['nodes']}" if scheduler.get("nodes") else ""))
         rec["error"] = f"{said}: {rec['error']}" if rec.get("error") else said
-        if scheduler.get("state") in _SCHEDULER_STATUS and not outcome.timed_out:
-            rec["status"] = _SCHEDULER_STATUS[scheduler["state"]]
+        decided = scheduler_status(scheduler.get("state"))
+        if decided and not outcome.timed_out:
+            rec["status"] = decided
         elif rec.get("status") == "ok":
             rec["status"] = "error"
     return rec

@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
+from bench.host.launchers.scheduler import SchedulerEnd, scheduler_outcome
 from bench.options import ConfigError
 from bench.shell import assignment, single_line, words
 from bench.topology import Topology
@@ -36,10 +37,6 @@ RUNTIMES = ("native", "compose", "pyxis")
 PORT_BASE, PORT_SPREAD = 20000, 20000   # MASTER_PORT = base + job id % spread
 # Each task's last line: its node and exit code (a task killed by Slurm prints none).
 _EXIT_LINE = re.compile(r"\[bench-slurm\] node (\d+) \((\S*)\) exited (-?\d+)")
-# Slurm's states that end a job, and what each makes of the row.
-END_STATES = {"COMPLETED": "ok", "FAILED": "error", "TIMEOUT": "timeout",
-              "CANCELLED": "error", "NODE_FAIL": "error", "OUT_OF_MEMORY": "oom",
-              "PREEMPTED": "error", "BOOT_FAIL": "error", "DEADLINE": "timeout"}
 # What goes into an #SBATCH line, each matched whole (re.fullmatch): one line, one word.
 _TIME_LIMIT = re.compile(r"\d{1,6}|\d{1,6}:\d{2}(?::\d{2})?|\d{1,3}-\d{1,2}(?::\d{2}){0,2}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -214,29 +211,40 @@ def parse_job_state(text: str) -> dict[str, str]:
     return fields
 
 
-def job_state(slurm_id: str) -> dict[str, str] | None:
+def job_state(slurm_id: str) -> SchedulerEnd | None:
     """The job's JobState, Reason, ExitCode and NodeList: from scontrol while the
     controller keeps the job (MinJobAge), else from sacct where accounting runs."""
     out = subprocess.run(["scontrol", "show", "job", "-o", "--", slurm_id],
                          capture_output=True, text=True, timeout=60)
     if out.returncode == 0 and "JobState=" in out.stdout:
-        fields = parse_job_state(out.stdout)
-        return {"state": fields.get("JobState", "UNKNOWN"), "reason": fields.get("Reason", ""),
-                "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", "")}
+        return scontrol_end(slurm_id, out.stdout)
     out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", slurm_id,
                           "-o", "State,Reason,ExitCode,NodeList"],
                          capture_output=True, text=True, timeout=60)
-    line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() \
-        else ""
-    if not line:
+    return sacct_end(slurm_id, out.stdout) if out.returncode == 0 else None
+
+
+def scontrol_end(slurm_id: str, text: str) -> SchedulerEnd:
+    """The job's state from ``scontrol show job -o``."""
+    fields = parse_job_state(text)
+    return SchedulerEnd(kind="slurm", job_id=slurm_id, state=fields.get("JobState", "UNKNOWN"),
+                        reason=fields.get("Reason", ""), exit_code=fields.get("ExitCode", ""),
+                        nodes=fields.get("NodeList", ""))
+
+
+def sacct_end(slurm_id: str, text: str) -> SchedulerEnd | None:
+    """The job's state from the first line of ``sacct -n -P -o
+    State,Reason,ExitCode,NodeList`` (State may read "CANCELLED by 0"); None if none."""
+    lines = text.strip().splitlines()
+    if not lines:
         return None
-    state, reason, exit_code, nodes = (line.split("|") + ["", "", "", ""])[:4]
-    return {"state": state.split()[0], "reason": reason, "exit_code": exit_code,
-            "nodes": nodes}
+    state, reason, exit_code, nodes = (lines[0].split("|") + ["", "", "", ""])[:4]
+    return SchedulerEnd(kind="slurm", job_id=slurm_id, state=(state.split() or ["UNKNOWN"])[0],
+                        reason=reason, exit_code=exit_code, nodes=nodes)
 
 
-def _ended(state: dict[str, str] | None) -> bool:
-    return state is not None and state["state"] in END_STATES
+def _ended(end: SchedulerEnd | None) -> bool:
+    return end is not None and end.ended
 
 
 def _cancel(slurm_id: str) -> None:
@@ -300,7 +308,7 @@ class SlurmLauncher:
             raise
         return self._outcome(job, slurm_id, state, timed_out, time.monotonic() - started)
 
-    def _await_end(self, slurm_id: str, wait_s: float = 60) -> dict[str, str] | None:
+    def _await_end(self, slurm_id: str, wait_s: float = 60) -> SchedulerEnd | None:
         end = time.monotonic() + wait_s
         while time.monotonic() < end:
             state = job_state(slurm_id)
@@ -309,29 +317,25 @@ class SlurmLauncher:
             time.sleep(self.options.poll_s)
         return job_state(slurm_id)
 
-    def _outcome(self, job: JobSpec, slurm_id: str, state: dict[str, str] | None,
+    def _outcome(self, job: JobSpec, slurm_id: str, end: SchedulerEnd | None,
                  timed_out: bool, seconds: float) -> JobOutcome:
-        nodes = []
-        for rank in range(job.topology.nodes):
-            lines = _read_lines(job.log_dir / f"node{rank}.log")
-            exits = [m for m in map(_EXIT_LINE.fullmatch, lines) if m]
-            code = int(exits[-1].group(3)) if exits else None
-            host = exits[-1].group(2) if exits and exits[-1].group(2) else f"node{rank}"
-            nodes.append(NodeOutcome(rank, host, code, lines[-TAIL_LINES:], lines))
-        scheduler = {"kind": "slurm", "job_id": slurm_id, **(state or {"state": "UNKNOWN"})}
-        ended = scheduler["state"]
-        failed = [n for n in nodes if n.returncode not in (0, None)]
-        culprit = failed[0] if failed else None
-        if culprit is None and ended != "COMPLETED" and not timed_out:
-            # No task said why (the script failed before srun, or Slurm killed them all):
-            # the batch output speaks for node 0.
-            lines = _read_lines(job.log_dir / f"slurm-{slurm_id}.out") or nodes[0].output
-            culprit = NodeOutcome(0, nodes[0].host, 1, lines[-TAIL_LINES:], lines)
-        for node in nodes:  # a task Slurm killed reports nothing: it did not end cleanly
-            if node.returncode is None:
-                node.returncode = 0 if ended == "COMPLETED" else -15
-        return JobOutcome(nodes, timed_out and ended != "COMPLETED", seconds, culprit,
-                          scheduler=scheduler)
+        """Each task's exit (its last line; a task Slurm killed prints none) and log, and
+        Slurm's end; where no task said why (the script failed before srun, or Slurm killed
+        them all), the batch output speaks for node 0."""
+        nodes = [_node(rank, _read_lines(job.log_dir / f"node{rank}.log"))
+                 for rank in range(job.topology.nodes)]
+        batch = _read_lines(job.log_dir / f"slurm-{slurm_id}.out")
+        return scheduler_outcome(end or SchedulerEnd(kind="slurm", job_id=slurm_id), nodes,
+                                 timed_out=timed_out, seconds=seconds,
+                                 fallback_lines=batch or nodes[0].output)
+
+
+def _node(rank: int, lines: list[str]) -> NodeOutcome:
+    """A node's outcome from its task's log: the exit and host its last line gives."""
+    exits = [m for m in map(_EXIT_LINE.fullmatch, lines) if m]
+    code = int(exits[-1].group(3)) if exits else None
+    host = exits[-1].group(2) if exits and exits[-1].group(2) else f"node{rank}"
+    return NodeOutcome(rank, host, code, lines[-TAIL_LINES:], lines)
 
 
 def _read_lines(path: Path) -> list[str]:

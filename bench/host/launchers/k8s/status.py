@@ -1,9 +1,13 @@
-"""A Kubernetes job's end, read from the job's and its pods' status, as the row's material."""
+"""A Kubernetes job's end, read from the job's and its pods' status into the schedulers' one
+vocabulary (``bench.host.launchers.scheduler``): an OOMKilled container is OUT_OF_MEMORY; an
+image that cannot be pulled, a pod that cannot be scheduled, an eviction or a deadline is
+FAILED with that reason."""
 from __future__ import annotations
 
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.k8s.options import INDEX_ANNOTATION
-from bench.host.launchers.nodes import TAIL_LINES, JobOutcome, NodeOutcome, root_cause
+from bench.host.launchers.scheduler import SchedulerEnd, scheduler_outcome
+from bench.host.outcome import JobOutcome, NodeOutcome
 
 # A pod waiting for one of these will not start by waiting longer.
 FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName",
@@ -110,22 +114,20 @@ def verdict(obj: dict | None, pods: list[dict], pending_s: float = 0.0,
 def outcome(job: JobSpec, name: str, state: dict, pods: list[dict], nodes: list[NodeOutcome],
             timed_out: bool, seconds: float) -> JobOutcome:
     """The row's material: the nodes' exits and logs, the first node that failed (or, when
-    none said why, the pod status as node 0's words), and the scheduler's view."""
-    ended = state["state"]
+    none said why, node 0's log, else the pod status, as node 0's words), and the
+    scheduler's view."""
+    end = scheduler_end(name, state, pods)
+    return scheduler_outcome(end, nodes, timed_out=timed_out, seconds=seconds,
+                             fallback_lines=nodes[0].output or [end.reason or ""])
+
+
+def scheduler_end(name: str, state: dict, pods: list[dict]) -> SchedulerEnd:
+    """The job's end (``verdict``'s state and reason) with the machines its pods ran on and
+    the image they ran, by digest."""
     machines = sorted({(p.get("spec") or {}).get("nodeName") or "" for p in pods} - {""})
     image_ids = sorted({c.get("imageID") for p in pods for c in
                         (p.get("status") or {}).get("containerStatuses") or []
                         if c.get("imageID")})
-    scheduler = {"kind": "k8s", "job_id": name, **state, "nodes": ",".join(machines)}
-    if image_ids:
-        scheduler["image_id"] = image_ids[0]
-    failed = [n for n in nodes if n.returncode not in (0, None)]
-    culprit = root_cause(failed, failed[0]) if failed else None
-    if culprit is None and ended != "COMPLETED" and not timed_out:
-        lines = nodes[0].output or [state.get("reason", "")]
-        culprit = NodeOutcome(0, nodes[0].host, 1, lines[-TAIL_LINES:], lines)
-    for node in nodes:  # a pod Kubernetes stopped (or never started) reports no exit
-        if node.returncode is None:
-            node.returncode = 0 if ended == "COMPLETED" else -15
-    return JobOutcome(nodes, timed_out and ended != "COMPLETED", seconds, culprit,
-                      scheduler=scheduler)
+    return SchedulerEnd(kind="k8s", job_id=name, state=state["state"],
+                        reason=state.get("reason"), nodes=",".join(machines),
+                        image_id=image_ids[0] if image_ids else None)
