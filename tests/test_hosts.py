@@ -168,7 +168,6 @@ def test_ssh_argv_ends_the_options_before_the_host():
 
 def test_the_launcher_puts_dashdash_before_every_host(monkeypatch, tmp_path):
     seen: list[list[str]] = []
-    monkeypatch.setattr(ssh, "gpu_count", lambda host, config: None)
 
     def fake_run_nodes(commands, deadline_s, log_dir, cleanup):
         seen.extend(command.argv for command in commands)
