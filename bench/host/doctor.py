@@ -35,11 +35,6 @@ runs the same venv (or, with --runtime compose, the same image) through srun.
 the context answers, the job may be created, nodes report allocatable ``nvidia.com/gpu``
 (gpu profile), the results claim is bound, the image can be pulled (a probe pod with
 --pull-probe), and the NFS server of the settings answers.
-
-This module is the command: its flags and the order of the checks. The checks live in
-bench.host.checks, split by what they check (ssh, containers, gpu, network, data, slurm);
-each launcher's preflight draws from the same functions and prints the same rows
-(bench.host.checks.preflight).
 """
 from __future__ import annotations
 
@@ -73,6 +68,10 @@ from bench.host.settings import read_env_file
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
 from bench.topology import parse_hosts, shown
 
+# This module is the command: its flags and the order of the checks. The checks live in
+# bench.host.checks, split by what they check (ssh, containers, gpu, network, data, slurm);
+# each launcher's preflight draws from the same functions and prints the same rows
+# (bench.host.checks.preflight). The docstring above is `bench doctor --help`.
 MAX_CHECK_TIMEOUT_S = 3600
 DEFAULT_MASTER_PORT = 29500
 # --dataset names one directory under the image's /data: a plain name, nothing more.
@@ -91,14 +90,15 @@ def check_hosts(job: Hosts) -> list[Row]:
     images: dict[str, containers.Found | None] = {}
     for host in reachable:
         rows.append(containers.docker_row(job.remote, host))
-        image, images[host] = containers.image_row(job.remote, host, job.image)
+        image, found = containers.image_row(job.remote, host, job.image)
         rows.append(image)
-        if images[host]:
+        if found:
             gpus, with_gpus = gpu.gpu_row(job, host)
             rows.append(gpus)
             if with_gpus:  # the NCCL version only shows with the GPUs attached
-                images[host] = (images[host][0], with_gpus)  # type: ignore[index]
+                found = (found[0], with_gpus)
             rows.append(data.dataset_row(job, host))
+        images[host] = found
         interfaces, devices = network.interface_rows(job, host)
         rows += interfaces
         rows.append(network.exposure_row(job, host, devices))
