@@ -256,7 +256,10 @@ def scripted_slurm(monkeypatch, answers: dict[str, subprocess.CompletedProcess],
                                             (done(127, err="scontrol: not installed"), FAIL)])
 def test_the_controller_row(monkeypatch, answer, result):
     scripted_slurm(monkeypatch, {"scontrol ping": answer})
-    assert slurm_checks.controller_row(5).result == result
+    row = slurm_checks.controller_row(5)
+    assert row.result == result
+    if answer.returncode == 127:  # no client commands: nothing to start, something to install
+        assert "slurm-client" in row.detail and "start slurmctld" not in row.detail
 
 
 @pytest.mark.parametrize("answer, result, listed", [(done(0, "debug* up\n"), PASS, True),

@@ -71,6 +71,9 @@ def _munge_round_trip(socket: str | None, timeout: float) -> subprocess.Complete
 def controller_row(timeout: float) -> Row:
     """The Slurm controller answers (``scontrol ping``)."""
     ping = _run(["scontrol", "ping"], timeout)
+    if ping.returncode == 127:
+        return Row(HOST, "controller", FAIL, "scontrol not found: install the Slurm client "
+                   "commands (Debian: slurm-client)")
     if ping.returncode != 0 or "UP" not in ping.stdout:
         return Row(HOST, "controller", FAIL, f"{_last(ping)}: start slurmctld, or set "
                    "SLURM_CONF to the cluster's slurm.conf (Debian: slurm-client)")
