@@ -3,6 +3,7 @@ image's probe. A host passes only when torch in the image, run with the GPUs att
 sees CUDA and enough devices, on a driver at least the flavour's minimum."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -11,8 +12,10 @@ import sys
 
 import pytest
 
-from bench.host import doctor
-from bench.host.checks import FAIL, PASS, WARN
+from bench.host.checks import FAIL, PASS, WARN, containers, gpu, remote
+from bench.host.checks.flavours import FLAVOURS, driver_advice, flavour_for_driver, flavours
+from bench.host.checks.remote import Hosts, Remote
+from bench.host.launchers.ssh import ssh_argv, ssh_base
 from conftest import REPO
 
 CHECK_GPU = REPO / "scripts" / "check-gpu.sh"
@@ -22,12 +25,10 @@ REFUSAL = ("docker: Error response from daemon: failed to create task for contai
            "earlier cuda container: unknown.")
 
 
-class ScriptedDoctor(doctor.Doctor):
-    """Answers each remote command from a script instead of ssh."""
+class Scripted:
+    """A remote that answers each command from a script instead of ssh."""
 
-    def __init__(self, answers: dict[str, tuple[int, str]], **kwargs):
-        super().__init__(["gpu1"], "bench-trainer:cuda", {}, None, "fashion-mnist", 29500,
-                         **kwargs)
+    def __init__(self, answers: dict[str, tuple[int, str]]):
         self.answers, self.commands = answers, []
 
     def run(self, host, command, timeout=None):
@@ -47,9 +48,9 @@ def _probe(available=True, count=8, nccl="2.28.9"):
 def _check(driver="580.95.05", probe=(0, _probe()), **kwargs):
     answers = {"nvidia-smi --query-gpu": driver if isinstance(driver, tuple) else (0, driver),
                "docker run --rm --gpus all": probe}
-    d = ScriptedDoctor(answers, **kwargs)
-    versions = d.check_gpu("gpu1")
-    (row,) = d.rows
+    d = Scripted(answers)
+    row, versions = gpu.gpu_row(Hosts(("gpu1",), d, image="bench-trainer:cuda", **kwargs),
+                                "gpu1")
     return row, versions, d.commands
 
 
@@ -60,12 +61,12 @@ def test_a_ready_gpu_host_passes_and_reports_nccl():
     assert versions == "2.14.1 13.0 2.28.9"
     (probe,) = [shlex.split(c) for c in commands if "docker run" in c]
     assert probe[:5] == ["docker", "run", "--rm", "--gpus", "all"]
-    assert probe[-3:] == ["bench-trainer:cuda", "-c", doctor.GPU_PROBE]
+    assert probe[-3:] == ["bench-trainer:cuda", "-c", gpu.GPU_PROBE]
     assert "torch.cuda.is_available()" in probe[-1]
 
 
 def test_the_probe_reaches_ssh_as_one_argv_with_the_gpus_attached(monkeypatch):
-    """Through the real Doctor.run: ssh options, ``--``, the host, then the remote command,
+    """Through the real Remote.run: ssh options, ``--``, the host, then the remote command,
     whose words are the probe's argv (the image name quoted, whatever it holds)."""
     seen = []
 
@@ -74,14 +75,14 @@ def test_the_probe_reaches_ssh_as_one_argv_with_the_gpus_attached(monkeypatch):
         answer = "580.95.05" if "nvidia-smi" in argv[-1] else _probe()
         return subprocess.CompletedProcess(argv, 0, answer, "")
 
-    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
-    d = doctor.Doctor(["gpu1"], "registry.example:5000/bench-trainer:cuda", {}, None,
-                      "fashion-mnist", 29500)
-    assert d.check_gpu("gpu1") == "2.14.1 13.0 2.28.9"
+    monkeypatch.setattr(remote.subprocess, "run", fake_run)
+    d = Hosts(("gpu1",), Remote(functools.partial(ssh_argv, ssh_base(None))),
+              image="registry.example:5000/bench-trainer:cuda")
+    assert gpu.gpu_row(d, "gpu1")[1] == "2.14.1 13.0 2.28.9"
     smi, probe = seen
     for argv in seen:
         assert argv[0] == "ssh" and argv[-3:-1] == ["--", "gpu1"]
-    assert shlex.split(probe[-1]) == doctor.gpu_probe_argv(
+    assert shlex.split(probe[-1]) == gpu.gpu_probe_argv(
         "registry.example:5000/bench-trainer:cuda")
     assert "--gpus" in shlex.split(probe[-1])
 
@@ -179,16 +180,16 @@ def _check_gpu_sh(tmp_path, driver: str, flavour: str) -> str:
                                              ("470.256.02", "default")])
 def test_doctor_and_check_gpu_say_the_same_words(tmp_path, driver, flavour):
     """One wording for the driver floor: the host check and the cluster check agree."""
-    table = doctor.flavours()
+    table = flavours()
     row, _, _ = _check(driver=driver, flavour=flavour)
-    assert row.detail == doctor.driver_advice(driver, table[flavour], table)
+    assert row.detail == driver_advice(driver, table[flavour], table)
     assert row.detail == _check_gpu_sh(tmp_path, driver, flavour)
 
 
 def test_the_probes_run_on_this_torch():
     """The probe texts are real Python: they report what this torch sees, and NCCL's
     version, which needs no device (a CUDA build on a machine without GPU reads it too)."""
-    for code in (doctor.VERSIONS, doctor.GPU_PROBE):
+    for code in (containers.VERSIONS, gpu.GPU_PROBE):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0, out.stderr
@@ -203,12 +204,12 @@ def test_the_probes_run_on_this_torch():
 @pytest.mark.parametrize("major, expected", [(530, "cu126"), (579, "cu126"), (580, "cu130"),
                                              (600, "cu130"), (500, None)])
 def test_the_newest_flavour_a_driver_runs(major, expected):
-    found = doctor.flavour_for_driver(major, doctor.flavours())
+    found = flavour_for_driver(major, flavours())
     assert (found.name if found else None) == expected
 
 
 def test_an_unknown_flavour_is_refused():
     out = subprocess.run([sys.executable, "-m", "bench", "doctor", "--hosts", "a",
                           "--torch-flavour", "cu128"], capture_output=True, text=True,
-                         cwd=doctor.FLAVOURS.parent.parent)
+                         cwd=FLAVOURS.parent.parent)
     assert out.returncode == 2 and "--torch-flavour=cu128" in out.stderr

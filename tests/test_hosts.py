@@ -6,6 +6,7 @@ command line the stack builds ends ssh's options with ``--`` right before the ho
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.host import doctor
+from bench.host.checks import network, remote
+from bench.host.checks.remote import Hosts, Remote
 from bench.host.launchers import ssh
 from bench.host.launchers.base import JobSpec
 from bench.options import ConfigError
@@ -165,7 +168,6 @@ def test_ssh_argv_ends_the_options_before_the_host():
 
 def test_the_launcher_puts_dashdash_before_every_host(monkeypatch, tmp_path):
     seen: list[list[str]] = []
-    monkeypatch.setattr(ssh, "gpu_count", lambda host, config: None)
 
     def fake_run_nodes(commands, deadline_s, log_dir, cleanup):
         seen.extend(command.argv for command in commands)
@@ -200,10 +202,10 @@ def test_doctor_puts_dashdash_before_every_host(monkeypatch):
         seen.append(argv)
         return subprocess.CompletedProcess(argv, 255, "", "ssh: connect: Connection refused")
 
-    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    monkeypatch.setattr(remote.subprocess, "run", fake_run)
     hosts = ["root@127.0.0.2", "127.0.0.3"]
-    rows = doctor.Doctor(hosts, "bench-trainer:cpu", {}, None, "fashion-mnist", 29500
-                         ).check_all()
+    over_ssh = Remote(functools.partial(ssh.ssh_argv, ssh.ssh_base(None)))
+    rows = doctor.check_hosts(Hosts(tuple(hosts), over_ssh, image="bench-trainer:cpu"))
     assert [r.result for r in rows] == ["FAIL", "FAIL"]
     assert len(seen) == 2
     for argv, host in zip(seen, hosts, strict=True):
@@ -246,12 +248,10 @@ def test_a_hostile_host_is_one_line_exit_2_and_runs_nothing(argv, tmp_path):
 
 
 # --- doctor: exposure and its own flags --------------------------------------------------------
-class CannedDoctor(doctor.Doctor):
-    """A Doctor whose remote commands answer from a table instead of over ssh."""
+class Canned:
+    """A remote whose commands answer from a table instead of over ssh."""
 
-    def __init__(self, addresses: dict[str, str], **kwargs):
-        super().__init__(**{"image": "bench-trainer:cpu", "settings": {}, "ssh_config": None,
-                            "dataset": "fashion-mnist", "master_port": 29500, **kwargs})
+    def __init__(self, addresses: dict[str, str]):
         self.addresses = addresses
 
     def run(self, host, command, timeout=None):
@@ -276,11 +276,12 @@ class CannedDoctor(doctor.Doctor):
 ], ids=["loopback", "private", "public-master", "public-interface", "public-ipv6",
         "public-master-in-settings"])
 def test_doctor_warns_of_a_public_master_or_interface(hosts, addresses, settings, expected):
-    canned = CannedDoctor(addresses, hosts=hosts, settings=settings)
+    job = Hosts(tuple(hosts), Canned(addresses), image="bench-trainer:cpu", settings=settings)
+    rows = []
     for host in hosts:
         device = next(key.split(":", 1)[1] for key in addresses if key.startswith(host + ":"))
-        canned.check_exposure(host, [device])
-    rows = [r for r in canned.rows if r.check == "exposure"]
+        rows.append(network.exposure_row(job, host, [device]))
+    rows = [r for r in rows if r.check == "exposure"]
     assert [r.result for r in rows] == expected
     for row in rows:
         if row.result == "WARN":
@@ -288,10 +289,10 @@ def test_doctor_warns_of_a_public_master_or_interface(hosts, addresses, settings
 
 
 def test_public_means_globally_routable():
-    assert doctor.is_public("8.8.8.8") and doctor.is_public("2606:4700::1111")
+    assert network.is_public("8.8.8.8") and network.is_public("2606:4700::1111")
     for address in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.0.1", "169.254.1.1",
                     "100.64.0.1", "::1", "fe80::1", "fd00::1", "not-an-address"):
-        assert not doctor.is_public(address), address
+        assert not network.is_public(address), address
 
 
 @pytest.mark.parametrize("flags,setting", [

@@ -27,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.host import doctor
+from bench.host.checks import containers, data, network
+from bench.host.checks import ssh as ssh_checks
+from bench.host.checks.remote import Hosts
 from bench.host.launchers import compose, k8s, native, slurm, ssh
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import NodeCommand
@@ -411,11 +413,10 @@ def test_the_kubernetes_entrypoint_gets_exactly_the_flags_or_they_are_refused(ar
 
 
 # --- doctor's remote lines ---------------------------------------------------------------------
-class Recording(doctor.Doctor):
-    """A Doctor whose remote commands are recorded, and answered as a healthy GPU host."""
+class Recording:
+    """A remote whose commands are recorded, and answered as a healthy GPU host."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self):
         self.commands: list[str] = []
 
     def run(self, host, command, timeout=None):
@@ -433,13 +434,14 @@ def test_doctor_lines_split_back_and_run_nothing(image, ifname, options, device,
     settings = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": "eth0",
                 "DATA_MOUNT_TYPE": "nfs", "DATA_MOUNT_OPTIONS": options,
                 "DATA_DEVICE": device}
-    recording = Recording(hosts=[host, "127.0.0.2"], image=image, settings=settings,
-                          ssh_config=None, dataset=dataset, master_port=29500)
-    recording.check_image(host)
-    recording.check_dataset(host)
-    recording.check_interface(host)
-    recording.check_resolve(host)
-    recording.interface_addresses(host, [ifname or "eth0"])
+    recording = Recording()
+    job = Hosts((host, "127.0.0.2"), recording, image=image, settings=settings,
+                dataset=dataset)
+    containers.image_row(recording, host, image)
+    data.dataset_row(job, host)
+    network.interface_rows(job, host)
+    ssh_checks.resolve_row(job, host)
+    network.interface_addresses(job, host, [ifname or "eth0"])
     for command in recording.commands:
         argv = shlex.split(command)
         if argv[0] == "docker":

@@ -148,7 +148,7 @@ def test_bench_slurm_script_prints_one_job(tmp_path):
 def test_doctor_reads_the_munge_socket_slurm_authenticates_through():
     """A cluster with its own munged (AuthInfo=socket=...) is checked on that socket, not on
     the system's default one, which may not run at all."""
-    from bench.host.doctor_slurm import munge_socket
+    from bench.host.checks.slurm import munge_socket
 
     config = ("AuthAltTypes            = (null)\n"
               "AuthInfo                = cred_expire=120,socket=/var/lib/x/run/munge.socket\n"

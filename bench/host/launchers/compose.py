@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from bench.host import contract
+from bench.host.checks import preflight
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.topology import Topology
@@ -180,7 +181,8 @@ class ComposeLauncher:
         self.options = options
 
     def preflight(self, topologies: list[Topology]) -> None:
-        image_identity(self.options.image)  # a missing image: one line now, not a failed job
+        # a missing image: one line now, not a failed job
+        preflight.require(preflight.compose(self.options.image))
 
     def job(self, job: JobSpec) -> ComposeJob:
         from bench.host import gpus

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.host import contract, gpus
+from bench.host.checks import preflight
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.options import ConfigError
@@ -112,7 +113,7 @@ class NativeLauncher:
         self.options = options
 
     def preflight(self, topologies: list[Topology]) -> None:
-        pass  # the matrix checked the GPUs of this host for every topology
+        preflight.require(preflight.native())
 
     def commands(self, job: JobSpec) -> list[NodeCommand]:
         args = list(job.workload_args)

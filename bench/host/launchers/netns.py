@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from bench.host import netlab
+from bench.host.checks import preflight
 from bench.host.launchers import native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, failed_to_start, run_nodes
@@ -98,7 +99,7 @@ class NetnsLauncher:
         self.options = options
 
     def preflight(self, topologies: list[Topology]) -> None:
-        netlab.check_prerequisites()  # no root or no iproute2: a user error, before any job
+        preflight.require(preflight.netns())  # no root or no iproute2: before any job
 
     def render(self, job: JobSpec) -> str:
         options = self.options

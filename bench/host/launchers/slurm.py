@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.host.checks import preflight
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
@@ -262,20 +263,7 @@ class SlurmLauncher:
         partition exists, before the first job."""
         # The job's logs go under the results' directory, into #SBATCH --output=.
         sbatch_path("--results", self.options.results_root)
-        try:
-            out = subprocess.run(["sinfo", "-h", "-o", "%P %D",
-                                  *(["-p", self.options.partition]
-                                    if self.options.partition else [])],
-                                 capture_output=True, text=True, timeout=60)
-        except FileNotFoundError:
-            raise RuntimeError("sinfo is not installed: --launcher slurm needs the Slurm "
-                               "client commands (Debian: slurm-client)") from None
-        if out.returncode != 0:
-            raise RuntimeError(f"the Slurm controller does not answer: "
-                               f"{out.stderr.strip()[:200]}")
-        if not out.stdout.strip():
-            raise ConfigError("--partition", self.options.partition, "no such partition: "
-                              "`sinfo` lists them")
+        preflight.require(preflight.slurm(self.options.partition))
 
     def render(self, job: JobSpec) -> str:
         return script(self.options, job)

@@ -10,11 +10,14 @@ their command line, so a failure, the deadline or Ctrl-C stops every host.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from bench.host.checks import preflight
+from bench.host.checks.remote import Remote
 from bench.host.launchers import compose, native
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
@@ -64,19 +67,6 @@ def remote_shell(directory: str, env: dict[str, str], argv: list[str]) -> str:
                          *argv], cwd=directory)
 
 
-def gpu_count(host: str, ssh_config: Path | None) -> int | None:
-    """GPUs on a host per nvidia-smi; None where it has no NVIDIA driver (a CPU host)."""
-    out = subprocess.run(ssh_argv(ssh_base(ssh_config), host,
-                                  "nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true"),
-                         capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"ssh {host} failed: {out.stderr.strip() or out.returncode}")
-    text = out.stdout.strip() or "0"
-    if not text.isdigit():
-        raise RuntimeError(f"ssh {host}: unexpected GPU count {text[:40]!r} from nvidia-smi")
-    return int(text) or None
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SshOptions:
     """--launcher ssh: node i on the i-th host, over SSH."""
@@ -102,15 +92,8 @@ class SshLauncher:
 
     def preflight(self, topologies: list[Topology]) -> None:
         """Every host answers over SSH and has the GPUs asked for."""
-        from bench.options import ConfigError
-
-        for index, host in enumerate(self.options.hosts):
-            gpus = gpu_count(host, self.options.ssh_config)
-            wanted = max((t.procs_on(index) for t in topologies if t.nodes > index), default=0)
-            if gpus is not None and wanted > gpus:
-                raise ConfigError("--topologies", f"...x{wanted}",
-                                  f"host {host} has {gpus} GPU(s): at most {index + 1}x{gpus} "
-                                  "there")
+        remote = Remote(functools.partial(ssh_argv, ssh_base(self.options.ssh_config)))
+        preflight.require(preflight.ssh(remote, self.options.hosts, topologies))
 
     def commands(self, job: JobSpec) -> tuple[list[NodeCommand], list[list[str]]]:
         """Each host's start line and the line that stops what it started."""

@@ -1,5 +1,6 @@
-"""Doctor's rows for a Kubernetes cluster (``bench doctor --k8s`` and the launcher's
-preflight): the context, the right to create jobs, GPUs, the results claim, the image, NFS."""
+"""Doctor's rows for a Kubernetes cluster: the context, the right to create jobs, GPUs, the
+results claim, the image, NFS. One list for ``bench doctor --k8s`` and the launcher's
+preflight (which prints and judges it as every launcher does: bench.host.checks.preflight)."""
 from __future__ import annotations
 
 import json
