@@ -61,7 +61,7 @@ INJECTIONS = [
     ("bench-matrix", "LAUNCHER", "native;touch {m}", "--launcher", []),
     ("bench-multinode", "HOSTS", "a b;touch {m}", "HOSTS", []),
     ("bench-multinode", "HOSTS", "-oProxyCommand=touch {m},b", "HOSTS", []),
-    ("bench-emulated", "LINK", "`touch {m}`", "--link", []),
+    ("bench-emulated", "LINK", "`touch {m}`", "BENCH_LAUNCHER_LINK", []),
     ("bench-predict", "LINK", ";touch {m}", "--link", [f"RESULTS={RUNS}"]),
     ("bench-predict", "NODES", "2;touch {m}", "--nodes", [f"RESULTS={RUNS}"]),
     ("bench-predict", "LINK_FROM", "c;touch {m}", "c;touch", [f"RESULTS={RUNS}"]),
@@ -123,10 +123,10 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("bench-matrix", "STEPS", "matrix", "--steps", []),
     ("bench-matrix", "RESULTS", "matrix", "--results", []),
     ("bench-matrix", "LAUNCHER", "matrix", "--launcher", []),
-    ("bench-matrix", "CPU_IMAGE", "matrix", "--image", ["LAUNCHER=compose"]),
-    ("bench-multinode", "RUNTIME", "matrix", "--runtime", ["HOSTS=h1,h2"]),
-    ("bench-multinode", "IMAGE", "matrix", "--image", ["HOSTS=h1,h2"]),
-    ("bench-emulated", "LINK", "matrix", "--link", []),
+    ("bench-matrix", "CPU_IMAGE", "matrix", "BENCH_LAUNCHER_IMAGE", ["LAUNCHER=compose"]),
+    ("bench-multinode", "RUNTIME", "matrix", "BENCH_LAUNCHER_RUNTIME", ["HOSTS=h1,h2"]),
+    ("bench-multinode", "IMAGE", "matrix", "BENCH_LAUNCHER_IMAGE", ["HOSTS=h1,h2"]),
+    ("bench-emulated", "LINK", "matrix", "BENCH_LAUNCHER_LINK", []),
     ("bench-emulated", "COMM_HOOKS", "matrix", "--comm-hooks", []),
     ("bench-predict", "LINK", "predict", "--link", ["RESULTS=r.jsonl"]),
     ("bench-predict", "LINK_FROM", "predict", "--link-from", ["RESULTS=r.jsonl"]),
@@ -152,6 +152,8 @@ def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, e
     assert calls, (proc.returncode, proc.stderr)
     if flag is None:  # the first argument: the file
         assert calls[0][0] == value, calls
+    elif flag.startswith("BENCH_LAUNCHER_"):  # a launcher setting: in the environment
+        assert any(env.get(flag) == value for env in fake_venv.bench_settings(verb)), calls
     else:
         assert any(argv[argv.index(flag) + 1] == value for argv in calls if flag in argv), calls
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -45,6 +46,7 @@ from bench.host.launchers.netns import NetnsLauncher, NetnsOptions
 from bench.host.launchers.slurm import SlurmLauncher, SlurmOptions
 from bench.host.launchers.ssh import SshLauncher, SshOptions
 from bench.options import ConfigError
+from bench.topology import shown
 
 LauncherOptions = (NativeOptions | ComposeOptions | SshOptions | NetnsOptions | SlurmOptions
                    | K8sOptions)
@@ -68,6 +70,7 @@ TABLE: dict[str, Entry] = {
 }
 LAUNCHERS = tuple(TABLE)
 FLAGS_TITLE = "launcher options"
+_WHOLE = re.compile(r"-?[0-9]{1,9}")   # a whole number as a flag's text; bounds are the class's
 FLAGS_DESCRIPTION = (
     "Each only with the launchers it names (another is refused). Each can also be set by "
     f"the environment variable {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PARTITION for "
@@ -163,7 +166,7 @@ def from_environment(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         choices = field.metadata.get("choices")
         if choices and value not in choices:
-            raise ConfigError(variable, value, f"one of {', '.join(choices)}")
+            raise ConfigError(variable, shown(value), f"one of {', '.join(choices)}")
         settings[flag_name(field)] = _convert(name, field, value, variable)
     return settings
 
@@ -203,10 +206,9 @@ def _convert(name: str, field: dataclasses.Field, value: Any, setting: str) -> A
         return parse(value, setting)
     kind = _base_type(name, field)
     if kind is int:
-        text = value.strip()
-        if not (text.isascii() and text.lstrip("-").isdigit()):
-            raise ConfigError(setting, value or "''", "must be a whole number")
-        return int(text)
+        if not _WHOLE.fullmatch(value.strip()):
+            raise ConfigError(setting, shown(value) or "''", "must be a whole number")
+        return int(value)
     return Path(value) if kind is Path else value
 
 
