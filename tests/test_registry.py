@@ -19,7 +19,7 @@ from bench.options import ConfigError
 from bench.topology import Topology
 from conftest import EXAMPLE_ENV
 
-CONTEXT = LaunchContext(topologies=(Topology(1, 1), Topology(2, 1)), topologies_text="1x1,2x1")
+CONTEXT = LaunchContext(topologies=(Topology(1, 1), Topology(2, 1)))
 
 
 @pytest.mark.parametrize("name", registry.LAUNCHERS)
@@ -84,6 +84,13 @@ def test_settings_apply_to_the_chosen_launcher_only_and_lose_to_flags():
     with pytest.raises(ConfigError, match="BENCH_LAUNCHER_K8S_KIND=job: one of"):
         registry.options_from("k8s", {"--image": "a:1"}, CONTEXT,
                               {"BENCH_LAUNCHER_K8S_KIND": "job"})
+
+
+def test_a_flag_given_as_none_is_not_given():
+    """How a command with its own parser (bench doctor) passes what its user left out."""
+    options = registry.options_from("slurm", {"--partition": None, "--namespace": None},
+                                    CONTEXT, {"BENCH_LAUNCHER_PARTITION": "gpu"})
+    assert options.partition == "gpu"
 
 
 def test_the_matrix_reads_the_settings_of_its_launcher(tmp_path):

@@ -152,7 +152,7 @@ class MatrixConfig:
         check_matrix_settings(a)
         visible = tuple(gpus.visible_gpus())
         context = LaunchContext(visible_gpus=visible, topologies=tuple(dimensions.topologies),
-                                topologies_text=a.topologies, results_root=a.results.parent)
+                                results_root=a.results.parent)
         options = registry.options_from(a.launcher, registry.given(a), context, environ)
         cells = dimensions.cells(a.workload)
         configs = cell_configs(a, cells, trainer_args)

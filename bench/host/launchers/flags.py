@@ -29,7 +29,6 @@ class LaunchContext:
 
     visible_gpus: tuple[str, ...] = ()        # this host's GPUs (bench.host.gpus)
     topologies: tuple[Topology, ...] = ()     # every cell's, for the checks that need them
-    topologies_text: str = ""                 # --topologies as given, for those checks' lines
     results_root: Path = Path("results")      # the directory of --results
 
     @property

@@ -174,11 +174,13 @@ def from_environment(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
 def options_from(name: str, flags: Mapping[str, Any], context: LaunchContext | None = None,
                  environ: Mapping[str, str] | None = None) -> Any:
     """Launcher ``name``'s options: the flags given (by flag, as text or as argparse typed
-    them), else its settings from ``environ`` (default: this process's), else each field's
-    default; derived fields from ``context``. Refuses, with ConfigError, a flag the
-    launcher does not take and any value its options class does not accept."""
+    them; None is not given), else its settings from ``environ`` (default: this
+    process's), else each field's default; derived fields from ``context``. Refuses, with
+    ConfigError, a flag the launcher does not take and any value its options class does
+    not accept."""
     if name not in TABLE:
         raise ConfigError("--launcher", name, f"one of {', '.join(LAUNCHERS)}")
+    flags = {flag: value for flag, value in flags.items() if value is not None}
     refuse_foreign(name, flags)
     cls, context = TABLE[name].options, context or LaunchContext()
     settings = from_environment(name, os.environ if environ is None else environ)
