@@ -48,9 +48,6 @@ from bench.host.launchers.ssh import SshLauncher, SshOptions
 from bench.options import ConfigError
 from bench.topology import shown
 
-LauncherOptions = (NativeOptions | ComposeOptions | SshOptions | NetnsOptions | SlurmOptions
-                   | K8sOptions)
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Entry:
