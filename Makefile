@@ -190,10 +190,15 @@ show_results = $(PY) -m bench table "$$MK_RESULTS" && $(PY) -m bench report "$$M
 # bench-multigpu, bench-cpu), or one node per host over SSH (bench-multinode). Each job is
 # a fresh one with repeats, ETA, --resume and one console line; each target ends with the
 # tables, the plots and the results path. The exit status says whether a cell failed (2: a
-# refused setting, nothing ran). Shell arrays set by the target: `launcher` (its flags) and
-# `workload` (trainer flags; default: MODE's --steps STEPS or --epochs EPOCHS); the shell
-# variable `topologies` overrides TOPOLOGIES. MATRIX_ARGS adds trainer flags, split at
-# blanks (no quotes, no globbing).
+# refused setting, nothing ran). Shell arrays set by the target: `launcher` (--launcher
+# NAME) and `workload` (trainer flags; default: MODE's --steps STEPS or --epochs EPOCHS);
+# the shell variable `topologies` overrides TOPOLOGIES. MATRIX_ARGS adds trainer flags,
+# split at blanks (no quotes, no globbing).
+# A launcher's settings (IMAGE, PARTITION, HOSTS, ...) reach bench as the environment
+# variables BENCH_LAUNCHER_<FLAG>, exported per target: bench applies
+# those of the chosen launcher (a flag would win), ignores the others and treats an empty
+# one as unset, so no recipe restates which launcher takes which flag
+# (bench/host/launchers/registry.py). Like MK_*, a value is never recipe text.
 define matrix_jobs
 read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
 if [ -z "$${workload+set}" ]; then \
@@ -211,8 +216,10 @@ failed=0; $(matrix_jobs); \
 $(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 endef
 MODE ?= steps
-gpu_launcher = launcher=(--launcher compose --image "$$MK_IMAGE" --env-file "$$MK_NODE_ENV" \
-  --profile gpu); workload_extra=(--device cuda)
+gpu_launcher = launcher=(--launcher compose); workload_extra=(--device cuda)
+bench-single bench-multigpu: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
+bench-single bench-multigpu: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
+bench-single bench-multigpu: export BENCH_LAUNCHER_PROFILE = gpu
 
 bench-single: TOPOLOGIES ?= 1x1
 bench-single: REPEATS ?= 1
@@ -249,6 +256,9 @@ endef
 bench-cpu: TOPOLOGIES ?= 1x1,2x1
 bench-cpu: REPEATS ?= 1
 bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
+bench-cpu: export BENCH_LAUNCHER_IMAGE = $(CPU_IMAGE)
+bench-cpu: export BENCH_LAUNCHER_ENV_FILE = $(CPU_ENV_FILE)
+bench-cpu: export BENCH_LAUNCHER_PROFILE = cpu
 bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synthetic + Fashion-MNIST
 	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
 	@export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
@@ -257,8 +267,7 @@ bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synth
 	  grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) && \
 	  printf 'DATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\nDATA_DEVICE=%s\nOMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' \
 	    "$$export_dir" >> $(CPU_ENV_FILE)
-	@failed=0; launcher=(--launcher compose --image "$$MK_CPU_IMAGE" --env-file $(CPU_ENV_FILE) \
-	  --profile cpu); \
+	@failed=0; launcher=(--launcher compose); \
 	for kind in synthetic fashion-mnist; do $(cpu_workload); $(matrix_jobs); done; \
 	rm -f $(CPU_ENV_FILE); \
 	$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
@@ -288,10 +297,12 @@ bench-matrix: MODEL ?= resnet18
 bench-matrix: STEPS ?= 10
 bench-matrix: TOPOLOGIES ?= 1x1,1x2,2x1
 bench-matrix: RESULTS ?= results/matrix-$(RUN_TAG).jsonl
+# Compose's settings, ignored by the native launcher.
+bench-matrix: export BENCH_LAUNCHER_IMAGE = $(CPU_IMAGE)
+bench-matrix: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
+bench-matrix: export BENCH_LAUNCHER_PROFILE = cpu
 bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES on this host (LAUNCHER=native|compose, REPEATS, MODEL)
 	@launcher=(--launcher "$$MK_LAUNCHER"); \
-	if [ "$$MK_LAUNCHER" = compose ]; then \
-	  launcher+=(--image "$$MK_CPU_IMAGE" --env-file "$$MK_NODE_ENV" --profile cpu); fi; \
 	$(matrix_run)
 
 bench-multinode: BATCH_SIZES ?= 64 128 256
@@ -299,11 +310,15 @@ bench-multinode: MODEL ?= resnet50
 bench-multinode: STEPS ?= 50
 bench-multinode: TOPOLOGIES ?= 1x1,$(host_count)x1
 bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
+bench-multinode: export BENCH_LAUNCHER_HOSTS = $(HOSTS)
+bench-multinode: export BENCH_LAUNCHER_RUNTIME = $(RUNTIME)
+bench-multinode: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
+bench-multinode: export BENCH_LAUNCHER_ENV_FILE = $(BENCH_ENV_FILE)
+bench-multinode: export BENCH_LAUNCHER_PROFILE = gpu
 bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
 	@[ -n "$$MK_HOSTS" ] || { echo "bench-multinode: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
-	@launcher=(--launcher ssh --hosts "$$MK_HOSTS" --runtime "$$MK_RUNTIME" --image "$$MK_IMAGE" \
-	  --env-file "$$BENCH_ENV_FILE" --profile gpu); \
+	@launcher=(--launcher ssh); \
 	$(matrix_run)
 
 # Slurm: each repeat one batch job, one srun task per node (see README, "On Slurm").
@@ -318,16 +333,21 @@ bench-slurm: MODEL ?= resnet50
 bench-slurm: STEPS ?= 50
 bench-slurm: REPEATS ?= 1
 bench-slurm: RESULTS ?= results/slurm-$(RUN_TAG).jsonl
+# Empty ones are unset (the cluster's partition, no account, the deadline's time limit);
+# the image and settings file only matter to SLURM_RUNTIME=compose.
+bench-slurm: export BENCH_LAUNCHER_RUNTIME = $(SLURM_RUNTIME)
+bench-slurm: export BENCH_LAUNCHER_GPUS_PER_NODE = $(GPUS_PER_NODE)
+bench-slurm: export BENCH_LAUNCHER_PARTITION = $(PARTITION)
+bench-slurm: export BENCH_LAUNCHER_ACCOUNT = $(ACCOUNT)
+bench-slurm: export BENCH_LAUNCHER_TIME_LIMIT = $(TIME_LIMIT)
+bench-slurm: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
+bench-slurm: export BENCH_LAUNCHER_ENV_FILE = $(BENCH_ENV_FILE)
 bench-slurm: venv ## the matrix as Slurm jobs: PARTITION, NODES_PER_JOB, GPUS_PER_NODE (0: CPU), TIME_LIMIT, ACCOUNT, SLURM_RUNTIME
 	@case "$$MK_GPUS_PER_NODE" in ''|*[!0-9]*) echo "bench-slurm: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 0 for CPU jobs" >&2; exit 2;; esac; \
 	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "bench-slurm: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
 	per_node=$$MK_GPUS_PER_NODE; [ "$$per_node" != 0 ] || per_node=1; \
 	topologies="1x$$per_node,$$MK_NODES_PER_JOB""x$$per_node"; \
-	launcher=(--launcher slurm --runtime "$$MK_SLURM_RUNTIME" --gpus-per-node "$$MK_GPUS_PER_NODE"); \
-	[ -z "$$MK_PARTITION" ] || launcher+=(--partition "$$MK_PARTITION"); \
-	[ -z "$$MK_ACCOUNT" ] || launcher+=(--account "$$MK_ACCOUNT"); \
-	[ -z "$$MK_TIME_LIMIT" ] || launcher+=(--time-limit "$$MK_TIME_LIMIT"); \
-	[ "$$MK_SLURM_RUNTIME" != compose ] || launcher+=(--image "$$MK_IMAGE" --env-file "$$BENCH_ENV_FILE"); \
+	launcher=(--launcher slurm); \
 	if [ "$$MK_GPUS_PER_NODE" = 0 ]; then workload_extra=(--device cpu); else workload_extra=(--device cuda); fi; \
 	$(matrix_run)
 
@@ -342,6 +362,12 @@ k8s-manifests: GPUS_PER_NODE ?= 1
 k8s-manifests: BATCH_SIZES ?= 64
 k8s-manifests: MODEL ?= resnet50
 k8s-manifests: STEPS ?= 50
+k8s-manifests: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
+k8s-manifests: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
+k8s-manifests: export BENCH_LAUNCHER_PROFILE = $(PROFILE)
+k8s-manifests: export BENCH_LAUNCHER_NAMESPACE = $(K8S_NAMESPACE)
+k8s-manifests: export BENCH_LAUNCHER_RESULTS_CLAIM = $(RESULTS_CLAIM)
+k8s-manifests: export BENCH_LAUNCHER_SHM_SIZE = $(SHM_SIZE)
 k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFILE, NODES_PER_JOB, GPUS_PER_NODE, K8S_NAMESPACE, RESULTS_CLAIM, SHM_SIZE
 	@case "$$MK_GPUS_PER_NODE" in ''|0|*[!0-9]*) echo "k8s-manifests: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 1 or more (processes per pod on PROFILE=cpu)" >&2; exit 2;; esac; \
 	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "k8s-manifests: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
@@ -350,10 +376,7 @@ k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFIL
 	  if [ $$kind = indexed ]; then file=job.yaml; else file=pytorchjob.yaml; fi; \
 	  $(PY) -m bench k8s render --output "$$MK_K8S_DIR/$$file" --k8s-kind $$kind \
 	    --topologies "$$MK_NODES_PER_JOB""x$$MK_GPUS_PER_NODE" --models "$$MK_MODEL" \
-	    --batch-sizes "$$MK_BATCH_SIZES" --image "$$MK_IMAGE" --env-file "$$MK_NODE_ENV" \
-	    --profile "$$MK_PROFILE" --namespace "$$MK_K8S_NAMESPACE" \
-	    --results-claim "$$MK_RESULTS_CLAIM" --shm-size "$$MK_SHM_SIZE" \
-	    -- --steps "$$MK_STEPS" --device $$device || exit $$?; \
+	    --batch-sizes "$$MK_BATCH_SIZES" -- --steps "$$MK_STEPS" --device $$device || exit $$?; \
 	done; \
 	echo "kubectl apply -f $$MK_K8S_DIR/job.yaml   # or pytorchjob.yaml where the training operator runs"
 
@@ -423,12 +446,13 @@ bench-emulated: COMM_HOOKS ?= none,powersgd
 bench-emulated: STEPS ?= 20
 bench-emulated: REPEATS ?= 2
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
+bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
 # The sweep's file beside RESULTS: x.jsonl -> x-comm.jsonl.
 emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
-	$(PY) -m bench matrix --workload allreduce --launcher netns --link "$$MK_LINK" --topologies 2x1 \
+	$(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
 	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2
-	$(PY) -m bench matrix --launcher netns --link "$$MK_LINK" --topologies 1x1,2x1 --models "$$MK_MODEL" \
+	$(PY) -m bench matrix --launcher netns --topologies 1x1,2x1 --models "$$MK_MODEL" \
 	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \
 	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$MK_STEPS" --warmup-steps 10 \
 	  --powersgd-warmup 5 --image-size 32 --log-every 0

@@ -245,8 +245,11 @@ class FakeVenv:
         self.path, self.log = root / "venv", root / "python-calls.jsonl"
         (self.path / "bin").mkdir(parents=True)
         python = self.path / "bin" / "python"
-        record = ("import json, sys; "
-                  "open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + chr(10))")
+        # Each call's argv, and beside it (.env) the launcher settings it was given.
+        record = ("import json, os, sys; "
+                  "open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + chr(10)); "
+                  "open(sys.argv[1] + '.env', 'a').write(json.dumps({k: v for k, v in "
+                  "os.environ.items() if k.startswith('BENCH_LAUNCHER_')}) + chr(10))")
         python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "
                           f"{shlex.quote(record)} {shlex.quote(str(self.log))} \"$@\"\n")
         python.chmod(0o755)
@@ -260,6 +263,13 @@ class FakeVenv:
     def bench_calls(self, verb: str) -> list[list[str]]:
         """The argv after ``-m bench VERB`` of each such call."""
         return [c[3:] for c in self.calls() if c[:3] == ["-m", "bench", verb]]
+
+    def bench_settings(self, verb: str) -> list[dict[str, str]]:
+        """The launcher settings (``BENCH_LAUNCHER_*``) of each ``-m bench VERB`` call."""
+        settings = [json.loads(line) for line in
+                    Path(f"{self.log}.env").read_text().splitlines()] if self.calls() else []
+        return [env for call, env in zip(self.calls(), settings, strict=True)
+                if call[:3] == ["-m", "bench", verb]]
 
 
 @pytest.fixture

@@ -210,7 +210,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "make matrix topologies": (make("bench-matrix", f"TOPOLOGIES=1x1'; touch {PWNED}; '"),
                                "--topologies"),
     "make matrix model": (make("bench-matrix", f"MODEL=$(touch {PWNED})"), "MODEL"),
-    "make emulated link": (make("bench-emulated", f"LINK=`touch {PWNED}`"), "--link"),
+    "make emulated link": (make("bench-emulated", f"LINK=`touch {PWNED}`"),
+                           "BENCH_LAUNCHER_LINK"),
 }
 
 # Settings given through the environment, as a user's shell would (Compose reads them too).

@@ -61,7 +61,7 @@ INJECTIONS = [
     ("bench-matrix", "LAUNCHER", "native;touch {m}", "--launcher", []),
     ("bench-multinode", "HOSTS", "a b;touch {m}", "HOSTS", []),
     ("bench-multinode", "HOSTS", "-oProxyCommand=touch {m},b", "HOSTS", []),
-    ("bench-emulated", "LINK", "`touch {m}`", "--link", []),
+    ("bench-emulated", "LINK", "`touch {m}`", "BENCH_LAUNCHER_LINK", []),
     ("bench-predict", "LINK", ";touch {m}", "--link", [f"RESULTS={RUNS}"]),
     ("bench-predict", "NODES", "2;touch {m}", "--nodes", [f"RESULTS={RUNS}"]),
     ("bench-predict", "LINK_FROM", "c;touch {m}", "c;touch", [f"RESULTS={RUNS}"]),
@@ -123,10 +123,10 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("bench-matrix", "STEPS", "matrix", "--steps", []),
     ("bench-matrix", "RESULTS", "matrix", "--results", []),
     ("bench-matrix", "LAUNCHER", "matrix", "--launcher", []),
-    ("bench-matrix", "CPU_IMAGE", "matrix", "--image", ["LAUNCHER=compose"]),
-    ("bench-multinode", "RUNTIME", "matrix", "--runtime", ["HOSTS=h1,h2"]),
-    ("bench-multinode", "IMAGE", "matrix", "--image", ["HOSTS=h1,h2"]),
-    ("bench-emulated", "LINK", "matrix", "--link", []),
+    ("bench-matrix", "CPU_IMAGE", "matrix", "BENCH_LAUNCHER_IMAGE", ["LAUNCHER=compose"]),
+    ("bench-multinode", "RUNTIME", "matrix", "BENCH_LAUNCHER_RUNTIME", ["HOSTS=h1,h2"]),
+    ("bench-multinode", "IMAGE", "matrix", "BENCH_LAUNCHER_IMAGE", ["HOSTS=h1,h2"]),
+    ("bench-emulated", "LINK", "matrix", "BENCH_LAUNCHER_LINK", []),
     ("bench-emulated", "COMM_HOOKS", "matrix", "--comm-hooks", []),
     ("bench-predict", "LINK", "predict", "--link", ["RESULTS=r.jsonl"]),
     ("bench-predict", "LINK_FROM", "predict", "--link-from", ["RESULTS=r.jsonl"]),
@@ -152,6 +152,8 @@ def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, e
     assert calls, (proc.returncode, proc.stderr)
     if flag is None:  # the first argument: the file
         assert calls[0][0] == value, calls
+    elif flag.startswith("BENCH_LAUNCHER_"):  # a launcher setting: in the environment
+        assert any(env.get(flag) == value for env in fake_venv.bench_settings(verb)), calls
     else:
         assert any(argv[argv.index(flag) + 1] == value for argv in calls if flag in argv), calls
 
@@ -276,3 +278,41 @@ def test_the_pre_stop_pattern_finds_nothing():
 def test_newest_results_is_not_a_dangling_reference():
     assert "NEWEST_RESULTS" not in MAKEFILE or re.search(r"^NEWEST_RESULTS\s*[:?]?=",
                                                          MAKEFILE, re.MULTILINE)
+
+
+def logical_recipe_lines() -> list[str]:
+    """Recipe lines with their backslash continuations joined: one shell command each."""
+    joined, current = [], ""
+    for line in recipe_text():
+        current += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            joined.append(current)
+            current = ""
+    return joined
+
+
+def test_no_recipe_restates_a_launcher_flag():
+    """The launchers own their flags (bench/host/launchers/registry.py): the targets that
+    run bench matrix, bench k8s or bench slurm pass settings (BENCH_LAUNCHER_*), never a
+    launcher's flag, so no recipe says which launcher takes which."""
+    from bench.host.launchers import registry
+
+    flags = set(registry.shared_flags()) - {"--k8s-kind"}   # the loop's own: one file a kind
+    launching = [line for line in logical_recipe_lines()
+                 if re.search(r"-m bench (matrix|k8s|slurm)\b|launcher=\(", line)]
+    assert launching, "the matrix targets are found"
+    offending = [(flag, line) for line in launching for flag in flags
+                 if re.search(rf"(^|\s){re.escape(flag)}(\s|=|$)", line)]
+    assert offending == [], offending
+
+
+def test_slurm_settings_reach_bench_as_settings_and_empty_ones_as_unset(fake_venv):
+    proc = run_make("bench-slurm", f"VENV={fake_venv.path}", "PARTITION=gpu a",
+                    "ACCOUNT=", "SLURM_RUNTIME=compose", "GPUS_PER_NODE=0")
+    assert proc.returncode == 0, proc.stderr
+    (argv,), (settings,) = fake_venv.bench_calls("matrix"), fake_venv.bench_settings("matrix")
+    assert argv[argv.index("--launcher") + 1] == "slurm" and "--partition" not in argv
+    assert settings["BENCH_LAUNCHER_PARTITION"] == "gpu a"
+    assert settings["BENCH_LAUNCHER_ACCOUNT"] == ""   # bench: empty is unset
+    assert settings["BENCH_LAUNCHER_RUNTIME"] == "compose"
+    assert settings["BENCH_LAUNCHER_GPUS_PER_NODE"] == "0"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import record
 from bench.host import matrix
-from bench.host.launchers import build
+from bench.host.launchers.registry import build
 from bench.options import ConfigError
 
 USAGE = ("usage: {prog} render [--output FILE] [--k8s-kind indexed|pytorchjob] "

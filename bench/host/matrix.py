@@ -23,10 +23,10 @@ import argparse
 import contextlib
 import dataclasses
 import itertools
-import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from bench import record
@@ -43,14 +43,16 @@ from bench.config import (
 )
 from bench.host import gpus, ports
 from bench.host.failures import describe_failure, failure_record
-from bench.host.launchers import LAUNCHERS, JobSpec, Launcher
+from bench.host.launchers import JobSpec, Launcher, registry
+from bench.host.launchers.compose import ComposeOptions
+from bench.host.launchers.flags import LaunchContext
+from bench.host.launchers.netns import NetnsOptions
 from bench.host.launchers.nodes import CONSOLE, say, shielded
 from bench.host.netlab import terminate_raises
 from bench.options import (
     MAX_PORT,
     MIN_PORT,
     ConfigError,
-    check_image,
     finite_float,
     on_head,
     require_range,
@@ -59,12 +61,11 @@ from bench.paths import check_results_beside_reports
 from bench.topology import (
     Topology,
     parse_choices,
-    parse_hosts,
     parse_list,
     parse_positive_ints,
 )
-from bench.units import parse_rate
 
+LAUNCHERS = registry.LAUNCHERS
 PORT_SPAN = 100   # ports above --master-port the jobs of a matrix take in turn
 WORKLOADS = {"train": "bench.rank.train", "allreduce": "bench.rank.allreduce"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
@@ -76,9 +77,6 @@ DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
 OWNED_FLAGS = {"--results": "the matrix owns the results path: give --results before --"}
 # Launchers whose nodes run on this host: a job's port is probed here before it starts.
 LOCAL_LAUNCHERS = ("native", "compose")
-# Matrix flags that only mean something on Kubernetes.
-K8S_FLAGS = ("k8s_kind", "namespace", "kube_context", "results_claim", "results_host_path",
-             "shm_size")
 # Matrix flags that only mean something for the trainer, with their defaults.
 TRAIN_DIMENSIONS = {"batch_sizes": "64", "models": "resnet18", "precisions": "fp32",
                     "comm_hooks": "none", "grad_accums": "1", "strategies": "ddp"}
@@ -142,203 +140,178 @@ class MatrixConfig:
         return WORKLOADS[self.workload]
 
     @classmethod
-    def from_args(cls, argv: list[str], prog: str) -> MatrixConfig:
-        own, trainer_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
-            if "--" in argv else (argv, [])
-        p = OneLineErrorParser(prog=prog, description=__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--workload", choices=tuple(WORKLOADS), default="train",
-                       help="what each job runs: the trainer or the all-reduce sweep")
-        p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
-        p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
-        p.add_argument("--models", help="comma-separated models (default: resnet18)")
-        p.add_argument("--precisions", help="comma-separated precisions (default: fp32)")
-        p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
-        p.add_argument("--comm-hooks", help="comma-separated gradient hooks: none, fp16, bf16, "
-                       "powersgd (default: none)")
-        p.add_argument("--grad-accums", help="comma-separated micro-batches per step "
-                       "(default: 1)")
-        p.add_argument("--strategies", help="comma-separated data parallelism: ddp, fsdp "
-                       "(default: ddp)")
-        p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
-        p.add_argument("--launcher", choices=LAUNCHERS, default="native",
-                       help="native torchrun here, Compose here, SSH fan-out to --hosts, or "
-                       "netns: emulated hosts on this machine behind a --link")
-        p.add_argument("--link", help="netns: the link rate of every node, e.g. 1gbit, 5gbit")
-        p.add_argument("--cpus-per-node", type=int, help="netns: CPUs pinned to each node "
-                       "(default: this machine's CPUs divided by the most nodes of any cell)")
-        p.add_argument("--hosts", default="", help="ssh: host1,host2 in node-rank order")
-        p.add_argument("--runtime", choices=("compose", "native", "pyxis"),
-                       help="ssh: Compose (default) or torchrun on each host; slurm: native "
-                       "(default: the checkout and venv on shared storage), compose, or pyxis "
-                       "(srun --container-image)")
-        p.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
-        p.add_argument("--account", help="slurm: the account to charge")
-        p.add_argument("--time-limit", help="slurm: each job's --time (default: --deadline "
-                       "rounded up, plus a minute)")
-        p.add_argument("--gpus-per-node", type=int, default=0,
-                       help="slurm: GPUs each node asks for (default: 0, a CPU job)")
-        p.add_argument("--k8s-kind", choices=("indexed", "pytorchjob"),
-                       help="k8s: an Indexed Job behind a headless Service (default), or a "
-                       "Kubeflow PyTorchJob")
-        p.add_argument("--namespace", help="k8s: the namespace of the jobs (default: default)")
-        p.add_argument("--kube-context", help="k8s: kubectl's context (default: the current)")
-        p.add_argument("--results-claim", help="k8s: the PersistentVolumeClaim mounted at "
-                       "/results (default: bench-results)")
-        p.add_argument("--results-host-path", help="k8s: a directory on each node mounted at "
-                       "/results instead of a claim")
-        p.add_argument("--shm-size", help="k8s: each pod's /dev/shm, e.g. 8Gi (default: 1Gi)")
-        p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
-                       "would start it (torchrun lines, Compose commands, sbatch script); "
-                       "start nothing")
-        p.add_argument("--remote-dir", help="ssh, slurm: this checkout's path on the hosts "
-                       "(default: the same path as here)")
-        p.add_argument("--ssh-config", type=Path, help="ssh: an ssh_config file (ports, keys, "
-                       "known_hosts) passed to ssh -F")
-        p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"),
-                       help="the records file, *.jsonl (the report is written beside it as "
-                       ".md and .html); a symbolic link is refused: give the file itself")
-        p.add_argument("--resume", action="store_true",
-                       help="skip repeats that already have an ok record")
-        p.add_argument("--interleave", action="store_true",
-                       help="run repeat 1 of every cell, then repeat 2 and so on (default: "
-                       "each cell's repeats back to back); on a machine whose speed drifts "
-                       "over minutes (a shared VM), cells compared with each other then see "
-                       "the same drift instead of the ones measured last seeing the most")
-        p.add_argument("--deadline", type=finite_float, default=1800.0,
-                       help="seconds a job may run before every node is stopped")
-        p.add_argument("--rdzv-timeout", type=int, default=120,
-                       help="seconds a node waits for the others at the rendezvous")
-        p.add_argument("--master-port", type=int, default=29500)
-        p.add_argument("--image", help="compose/ssh+compose: the trainer image")
-        p.add_argument("--env-file", type=Path, help="compose: the node settings file")
-        p.add_argument("--verbose", action="store_true", help="echo every node's output "
-                       "(default: one line per job; the output is in each job's logs)")
-        p.add_argument("--profile", choices=("cpu", "gpu", "gpu-ib"), help="compose: the "
-                       "trainer service (default: gpu where nvidia-smi lists a GPU, else cpu; "
-                       "gpu-ib: with InfiniBand/RoCE devices)")
-        a = p.parse_args(own)
-        for flag, dimension in DIMENSION_FLAGS.items():
-            if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
-                raise ConfigError(flag, "(after --)", f"is a matrix dimension: give it as "
-                                  f"{dimension} before --")
-        if a.workload != "train":
-            for name in TRAIN_DIMENSIONS:
-                if getattr(a, name) is not None:
-                    flag = "--" + name.replace("_", "-")
-                    raise ConfigError(flag, getattr(a, name), "is a trainer dimension: leave it "
-                                      "out with --workload allreduce")
-        for name, default in TRAIN_DIMENSIONS.items():
-            if getattr(a, name) is None:
-                setattr(a, name, default)
-        batch_sizes = parse_positive_ints(a.batch_sizes, "--batch-sizes")
-        topologies = parse_list(a.topologies)
-        models = parse_choices(a.models, MODEL_NAMES, "--models")
-        precisions = parse_choices(a.precisions, PRECISIONS, "--precisions")
-        backends = parse_choices(a.backends, BACKENDS, "--backends")
-        hooks = parse_choices(a.comm_hooks, COMM_HOOKS, "--comm-hooks")
-        accums = parse_positive_ints(a.grad_accums, "--grad-accums")
-        strategies = parse_choices(a.strategies, STRATEGIES, "--strategies")
-        link_bps = parse_rate(a.link, "--link") if a.link else None
-        if a.launcher == "netns" and link_bps is None:
-            raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
-        if a.launcher != "netns" and (a.link or a.cpus_per_node):
-            raise ConfigError("--link" if a.link else "--cpus-per-node",
-                              a.link or a.cpus_per_node, "only with --launcher netns")
-        require_range(a.cpus_per_node, "cpus_per_node", 1, os.cpu_count() or 1, optional=True)
-        require_range(a.repeats, "repeats", 1, 1000)
-        require_range(a.deadline, "deadline", 0, MAX_TIMEOUT_S, low_open=True)
-        require_range(a.rdzv_timeout, "rdzv_timeout", 1, 86400)
-        # Each job takes a fresh port above --master-port (see ``run``).
-        require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
-        check_results_beside_reports(a.results, "--results")  # never a report's name
-        _check_report_paths(a.results)
-        if a.image is not None:
-            check_image(a.image, "--image")
-        if a.remote_dir is not None and not a.remote_dir.startswith("/"):
-            raise ConfigError("--remote-dir", a.remote_dir, "must be an absolute path on the "
-                              "hosts, e.g. /srv/bench")
-        if a.ssh_config is not None and not a.ssh_config.is_file():
-            raise ConfigError("--ssh-config", a.ssh_config, "no such file")
-        hosts = parse_hosts(a.hosts, "--hosts") if a.launcher == "ssh" else []
-        if hosts:
-            most = max(t.nodes for t in topologies)
-            if most > len(hosts):
-                raise ConfigError("--topologies", a.topologies,
-                                  f"needs {most} nodes but --hosts names {len(hosts)}")
-        elif a.hosts:
-            raise ConfigError("--hosts", a.hosts, "only with --launcher ssh")
-        if a.runtime is not None and a.launcher not in ("ssh", "slurm"):
-            raise ConfigError("--runtime", a.runtime, "only with --launcher ssh or slurm")
-        if a.launcher != "slurm":
-            for flag in ("partition", "account", "time_limit"):
-                if getattr(a, flag) is not None:
-                    raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
-                                      "only with --launcher slurm")
-        if a.launcher != "k8s":
-            for flag in K8S_FLAGS:
-                if getattr(a, flag) is not None:
-                    raise ConfigError("--" + flag.replace("_", "-"), getattr(a, flag),
-                                      "only with --launcher k8s")
-        else:
-            from bench.host.launchers import k8s
-
-            if not a.image:
-                raise ConfigError("--image", "''", "Kubernetes pulls the trainer image: give "
-                                  "its registry name, e.g. registry.example:5000/bench:cuda")
-            k8s.check_topologies(topologies)
-        runtime = a.runtime or ("native" if a.launcher == "slurm" else "compose")
-        if a.launcher == "ssh" and runtime == "pyxis":
-            raise ConfigError("--runtime", runtime, "pyxis is a Slurm runtime: use compose or "
-                              "native with --launcher ssh")
-        uses_compose = a.launcher == "compose" or (a.launcher in ("ssh", "slurm")
-                                                   and runtime == "compose")
-        if uses_compose and not a.image:
-            raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
-                              "bench-trainer:cpu")
-        if a.launcher == "compose" and (a.env_file is None or not a.env_file.is_file()):
-            raise ConfigError("--env-file", a.env_file, "Compose needs an existing settings "
-                              "file, e.g. compose/.env")
-        if a.workload == "allreduce":
-            cells = [Cell(0, t, "", "", be, workload="allreduce")
-                     for be, t in itertools.product(backends, topologies)]
-        else:
-            cells = [Cell(b, t, m, pr, be, h, ga, strategy=st)
-                     for m, pr, be, h, ga, st, b, t in
-                     itertools.product(models, precisions, backends, hooks, accums, strategies,
-                                       batch_sizes, topologies)]
-        # Every cell's flags are validated before anything starts.
-        parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
-        prog = f"bench {a.workload}"
-        # Every cell's flags are checked here, before anything starts. Its data directory
-        # and devices are checked here too where the nodes run on this host; on other hosts
-        # or in containers, the rank checks them. The config as given (parsed "on the head")
-        # is the cell's resume key, whatever the nodes resolve "auto" to.
-        with on_head():
-            configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
-            refuse_owned_flags(parse, cells[0].trainer_args(trainer_args), prog, a.results)
-        if a.launcher in ("native", "netns"):
-            for cell in cells:
-                parse(cell.trainer_args(trainer_args), prog)
-        profile = a.profile or ("gpu" if gpus.visible_gpus() else "cpu")
-        visible = tuple(gpus.visible_gpus()) if a.launcher in ("native", "compose", "netns") \
-            else ()
-        if a.launcher in ("native", "compose"):
-            # Every node of a job here shares this host's GPUs: each needs its own.
-            for cell in cells:
-                on_gpus = profile.startswith("gpu") if a.launcher == "compose" \
-                    else gpus.wants_gpus(cell.trainer_args(trainer_args), list(visible))
-                if on_gpus and visible:
-                    gpus.assign(cell.topology, list(visible))
-        options = launcher_options(a, runtime=runtime, profile=profile, hosts=hosts,
-                                   link_bps=link_bps, visible=visible,
-                                   most_nodes=max(c.topology.nodes for c in cells))
+    def from_args(cls, argv: list[str], prog: str,
+                  environ: Mapping[str, str] | None = None) -> MatrixConfig:
+        """The matrix from its command line (and the launcher's ``BENCH_LAUNCHER_*``
+        settings in ``environ``, default this process's): every flag, cell and launcher
+        option checked before anything starts."""
+        own, trainer_args = split_trainer_args(argv)
+        a = parser(prog).parse_args(own)
+        refuse_dimensions_after_dashes(trainer_args)
+        dimensions = Dimensions.of(a)
+        check_matrix_settings(a)
+        visible = tuple(gpus.visible_gpus())
+        context = LaunchContext(visible_gpus=visible, topologies=tuple(dimensions.topologies),
+                                results_root=a.results.parent)
+        options = registry.options_from(a.launcher, registry.given(a), context, environ)
+        cells = dimensions.cells(a.workload)
+        configs = cell_configs(a, cells, trainer_args)
+        check_gpu_shares(a.launcher, options, cells, trainer_args, visible)
         return cls(cells=configs, repeats=a.repeats, results=a.results, resume=a.resume,
                    deadline_s=a.deadline, rdzv_timeout=a.rdzv_timeout,
                    trainer_args=trainer_args, master_port=a.master_port,
                    launcher=a.launcher, launcher_options=options, workload=a.workload,
-                   link_bps=link_bps, interleave=a.interleave, verbose=a.verbose,
-                   dry_run=a.dry_run)
+                   link_bps=options.link_bps if isinstance(options, NetnsOptions) else None,
+                   interleave=a.interleave, verbose=a.verbose, dry_run=a.dry_run)
+
+
+def split_trainer_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the matrix's own flags, the trainer flags after ``--``)."""
+    if "--" not in argv:
+        return argv, []
+    end = argv.index("--")
+    return argv[:end], argv[end + 1:]
+
+
+def parser(prog: str) -> OneLineErrorParser:
+    """The matrix's own flags, then every launcher's (``registry.add_flags``)."""
+    p = OneLineErrorParser(prog=prog, description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=tuple(WORKLOADS), default="train",
+                   help="what each job runs: the trainer or the all-reduce sweep")
+    p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
+    p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
+    p.add_argument("--models", help="comma-separated models (default: resnet18)")
+    p.add_argument("--precisions", help="comma-separated precisions (default: fp32)")
+    p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
+    p.add_argument("--comm-hooks", help="comma-separated gradient hooks: none, fp16, bf16, "
+                   "powersgd (default: none)")
+    p.add_argument("--grad-accums", help="comma-separated micro-batches per step (default: 1)")
+    p.add_argument("--strategies", help="comma-separated data parallelism: ddp, fsdp "
+                   "(default: ddp)")
+    p.add_argument("--repeats", type=int, default=1, help="jobs per cell (default: 1)")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="native",
+                   help="native torchrun here, Compose here, SSH fan-out to --hosts, netns: "
+                   "emulated hosts on this machine behind a --link, Slurm jobs, or Kubernetes "
+                   "jobs (its options below)")
+    p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
+                   "would start it (torchrun lines, Compose commands, sbatch script); "
+                   "start nothing")
+    p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"),
+                   help="the records file, *.jsonl (the report is written beside it as "
+                   ".md and .html); a symbolic link is refused: give the file itself")
+    p.add_argument("--resume", action="store_true",
+                   help="skip repeats that already have an ok record")
+    p.add_argument("--interleave", action="store_true",
+                   help="run repeat 1 of every cell, then repeat 2 and so on (default: "
+                   "each cell's repeats back to back); on a machine whose speed drifts "
+                   "over minutes (a shared VM), cells compared with each other then see "
+                   "the same drift instead of the ones measured last seeing the most")
+    p.add_argument("--deadline", type=finite_float, default=1800.0,
+                   help="seconds a job may run before every node is stopped")
+    p.add_argument("--rdzv-timeout", type=int, default=120,
+                   help="seconds a node waits for the others at the rendezvous")
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--verbose", action="store_true", help="echo every node's output "
+                   "(default: one line per job; the output is in each job's logs)")
+    registry.add_flags(p)
+    return p
+
+
+def refuse_dimensions_after_dashes(trainer_args: list[str]) -> None:
+    """A flag the matrix sets per cell (--batch-size) given after -- is refused."""
+    for flag, dimension in DIMENSION_FLAGS.items():
+        if any(arg == flag or arg.startswith(flag + "=") for arg in trainer_args):
+            raise ConfigError(flag, "(after --)", f"is a matrix dimension: give it as "
+                              f"{dimension} before --")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Dimensions:
+    """The matrix's axes, each parsed and checked."""
+
+    batch_sizes: list[int]
+    topologies: list[Topology]
+    models: list[str]
+    precisions: list[str]
+    backends: list[str]
+    hooks: list[str]
+    accums: list[int]
+    strategies: list[str]
+
+    @classmethod
+    def of(cls, a: argparse.Namespace) -> Dimensions:
+        """The axes from the flags; a trainer axis given with --workload allreduce is
+        refused, one not given takes its default."""
+        given = {name: getattr(a, name) for name in TRAIN_DIMENSIONS}
+        if a.workload != "train":
+            for name, value in given.items():
+                if value is not None:
+                    raise ConfigError("--" + name.replace("_", "-"), value, "is a trainer "
+                                      "dimension: leave it out with --workload allreduce")
+        text = {name: value if value is not None else TRAIN_DIMENSIONS[name]
+                for name, value in given.items()}
+        return cls(batch_sizes=parse_positive_ints(text["batch_sizes"], "--batch-sizes"),
+                   topologies=parse_list(a.topologies),
+                   models=parse_choices(text["models"], MODEL_NAMES, "--models"),
+                   precisions=parse_choices(text["precisions"], PRECISIONS, "--precisions"),
+                   backends=parse_choices(a.backends, BACKENDS, "--backends"),
+                   hooks=parse_choices(text["comm_hooks"], COMM_HOOKS, "--comm-hooks"),
+                   accums=parse_positive_ints(text["grad_accums"], "--grad-accums"),
+                   strategies=parse_choices(text["strategies"], STRATEGIES, "--strategies"))
+
+    def cells(self, workload: str) -> list[Cell]:
+        """Every cell: topologies x backends for the all-reduce sweep, else the product of
+        every axis."""
+        if workload == "allreduce":
+            return [Cell(0, t, "", "", be, workload="allreduce")
+                    for be, t in itertools.product(self.backends, self.topologies)]
+        return [Cell(b, t, m, pr, be, h, ga, strategy=st)
+                for m, pr, be, h, ga, st, b, t in
+                itertools.product(self.models, self.precisions, self.backends, self.hooks,
+                                  self.accums, self.strategies, self.batch_sizes,
+                                  self.topologies)]
+
+
+def check_matrix_settings(a: argparse.Namespace) -> None:
+    """The matrix's own numbers and paths, each bounded."""
+    require_range(a.repeats, "repeats", 1, 1000)
+    require_range(a.deadline, "deadline", 0, MAX_TIMEOUT_S, low_open=True)
+    require_range(a.rdzv_timeout, "rdzv_timeout", 1, 86400)
+    # Each job takes a fresh port above --master-port (see ``run``).
+    require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
+    check_results_beside_reports(a.results, "--results")  # never a report's name
+    _check_report_paths(a.results)
+
+
+def cell_configs(a: argparse.Namespace, cells: list[Cell],
+                 trainer_args: list[str]) -> dict[Cell, TrainConfig | AllreduceConfig]:
+    """Every cell's validated configuration, keyed by the cell."""
+    parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
+    prog = f"bench {a.workload}"
+    # Every cell's flags are checked here, before anything starts. Its data directory
+    # and devices are checked here too where the nodes run on this host; on other hosts
+    # or in containers, the rank checks them. The config as given (parsed "on the head")
+    # is the cell's resume key, whatever the nodes resolve "auto" to.
+    with on_head():
+        configs = {cell: parse(cell.trainer_args(trainer_args), prog) for cell in cells}
+        refuse_owned_flags(parse, cells[0].trainer_args(trainer_args), prog, a.results)
+    if a.launcher in ("native", "netns"):
+        for cell in cells:
+            parse(cell.trainer_args(trainer_args), prog)
+    return configs
+
+
+def check_gpu_shares(launcher: str, options: object, cells: list[Cell],
+                     trainer_args: list[str], visible: tuple[str, ...]) -> None:
+    """Every node of a job here shares this host's GPUs: each needs its own."""
+    if launcher not in LOCAL_LAUNCHERS or not visible:
+        return
+    for cell in cells:
+        on_gpus = options.profile.startswith("gpu") if isinstance(options, ComposeOptions) \
+            else gpus.wants_gpus(cell.trainer_args(trainer_args), list(visible))
+        if on_gpus:
+            gpus.assign(cell.topology, list(visible))
 
 
 def refuse_owned_flags(parse, args: list[str], prog: str, results: Path) -> None:
@@ -352,41 +325,6 @@ def refuse_owned_flags(parse, args: list[str], prog: str, results: Path) -> None
         given = parsed.output.results if hasattr(parsed, "output") else parsed.results
         if Path(given) != owned:
             raise ConfigError(flag, f"{given} (after --)", why)
-
-
-def launcher_options(a: argparse.Namespace, *, runtime: str, profile: str, hosts: list[str],
-                     link_bps: int | None, visible: tuple[str, ...], most_nodes: int):
-    """The chosen launcher's own options section, from the flags that belong to it."""
-    from bench.host.launchers import compose, k8s, native, netns, slurm, ssh
-
-    results_root = a.results.parent
-    if a.launcher == "k8s":
-        return k8s.K8sOptions(image=a.image, env_file=a.env_file or k8s.default_env_file(),
-                              profile=a.profile or "cpu", kind=a.k8s_kind or "indexed",
-                              namespace=a.namespace or "default", context=a.kube_context,
-                              results_claim=a.results_claim,
-                              results_host_path=a.results_host_path,
-                              shm_size=a.shm_size or "1Gi")
-    if a.launcher == "native":
-        return native.NativeOptions(visible_gpus=visible)
-    if a.launcher == "compose":
-        return compose.ComposeOptions(image=a.image, env_file=a.env_file, profile=profile,
-                                      visible_gpus=visible)
-    if a.launcher == "netns":
-        assert link_bps is not None  # checked above
-        return netns.NetnsOptions(
-            link_bps=link_bps, lab_nodes=most_nodes, visible_gpus=visible,
-            cpus_per_node=a.cpus_per_node or max(1, (os.cpu_count() or 1) // most_nodes))
-    if a.launcher == "ssh":
-        return ssh.SshOptions(hosts=tuple(hosts), runtime=runtime, remote_dir=a.remote_dir,
-                              ssh_config=a.ssh_config, image=a.image, env_file=a.env_file,
-                              profile=profile, results_root=results_root)
-    return slurm.SlurmOptions(partition=a.partition, account=a.account,
-                              time_limit=a.time_limit, gpus_per_node=a.gpus_per_node,
-                              runtime=runtime, remote_dir=a.remote_dir, image=a.image,
-                              env_file=a.env_file,
-                              profile="gpu" if a.gpus_per_node else (a.profile or "cpu"),
-                              results_root=results_root)
 
 
 def cell_key(config_hash: str, topology: Topology) -> tuple:
@@ -610,12 +548,10 @@ def _write_row(cfg: MatrixConfig, rec: dict, section: dict) -> bool:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench matrix") -> int:
-    from bench.host.launchers import build
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = MatrixConfig.from_args(argv, prog)
-        launcher = build(cfg.launcher, cfg.launcher_options)
+        launcher = registry.build(cfg.launcher, cfg.launcher_options)
         if cfg.dry_run:
             print(render(cfg, launcher))
             return 0

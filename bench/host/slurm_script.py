@@ -10,7 +10,7 @@ import sys
 
 from bench import record
 from bench.host import matrix
-from bench.host.launchers import build
+from bench.host.launchers.registry import build
 from bench.options import ConfigError
 
 

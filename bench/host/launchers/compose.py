@@ -16,7 +16,9 @@ from pathlib import Path
 from bench.host import contract
 from bench.host.checks import preflight
 from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.options import ConfigError, check_image
 from bench.topology import Topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,6 +34,17 @@ _PICK_COMPOSE = ('if docker compose version >/dev/null 2>&1; then exec docker co
 REMOTE_UP = ('BENCH_IMAGE_ID=$(docker image inspect -f "{{.Id}}" "$1") || exit; shift; '
              'export BENCH_IMAGE_ID BENCH_IMAGE_DIGEST="$BENCH_IMAGE_ID"; ' + _PICK_COMPOSE)
 REMOTE_DOWN = _PICK_COMPOSE
+PROFILES = tuple(SERVICES)
+IMAGE_HELP = "the trainer image"
+PROFILE_HELP = ("the trainer service (default: gpu where nvidia-smi lists a GPU, else cpu; "
+                "gpu-ib: with InfiniBand/RoCE devices)")
+
+
+def check_profile(profile: str) -> str:
+    """``profile`` if it names a trainer service, else ConfigError."""
+    if profile not in SERVICES:
+        raise ConfigError("--profile", profile, f"one of {', '.join(SERVICES)}")
+    return profile
 
 
 def image_identity(image: str) -> tuple[str, str]:
@@ -168,10 +181,21 @@ def run(job: ComposeJob, log_dir: Path | None = None, job_id: str | None = None)
 class ComposeOptions:
     """--launcher compose: every node a Compose project on this host."""
 
-    image: str
-    env_file: Path
-    profile: str                              # cpu or gpu: the trainer service
-    visible_gpus: tuple[str, ...] = ()        # the GPU profile shares these out
+    image: str = launcher_flag("", IMAGE_HELP, parse=check_image)
+    env_file: Path | None = launcher_flag(None, "the node settings file")
+    profile: str = launcher_flag("cpu", PROFILE_HELP, choices=PROFILES,
+                                 context_default="gpu_profile")
+    visible_gpus: tuple[str, ...] = derived("visible_gpus", ())   # gpu profiles share these
+
+    def __post_init__(self) -> None:
+        if not self.image:
+            raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
+                              "bench-trainer:cpu")
+        check_image(self.image, "--image")
+        if self.env_file is None or not self.env_file.is_file():
+            raise ConfigError("--env-file", self.env_file, "Compose needs an existing settings "
+                              "file, e.g. compose/.env")
+        check_profile(self.profile)
 
 
 class ComposeLauncher:

@@ -13,6 +13,7 @@ from pathlib import Path
 from bench.host import contract, gpus
 from bench.host.checks import preflight
 from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.launchers.flags import derived
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.options import ConfigError
 from bench.paths import remove_tree_inside
@@ -101,9 +102,9 @@ def _user() -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class NativeOptions:
-    """--launcher native: every node a torchrun on this host."""
+    """--launcher native: every node a torchrun on this host. No flags of its own."""
 
-    visible_gpus: tuple[str, ...] = ()   # this host's GPUs, shared out among the nodes
+    visible_gpus: tuple[str, ...] = derived("visible_gpus", ())   # shared out among the nodes
 
 
 class NativeLauncher:

@@ -18,6 +18,7 @@ computes beside the same number of busy hosts, as each node of the largest cell 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -25,9 +26,12 @@ from bench.host import netlab
 from bench.host.checks import preflight
 from bench.host.launchers import native
 from bench.host.launchers.base import JobSpec
+from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, failed_to_start, run_nodes
+from bench.options import ConfigError, require_range
 from bench.shell import words
 from bench.topology import Topology
+from bench.units import parse_rate
 
 
 def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_port: int,
@@ -86,10 +90,23 @@ def run(topology: Topology, args: list[str], *, rate_bps: int, cpus_per_node: in
 class NetnsOptions:
     """--launcher netns: every node in its own namespace behind a shaped link."""
 
-    link_bps: int
-    cpus_per_node: int             # CPUs pinned to each emulated host
-    lab_nodes: int                 # emulated hosts per job: the most nodes of any cell
-    visible_gpus: tuple[str, ...] = ()
+    link_bps: int = launcher_flag(0, "the link rate of every node, e.g. 1gbit, 5gbit",
+                                  flag="--link", parse=parse_rate)   # 0: not given
+    # CPUs pinned to each emulated host; None: this machine's, shared by the lab's hosts.
+    cpus_per_node: int | None = launcher_flag(
+        None, "CPUs pinned to each node (default: this machine's CPUs divided by the most "
+        "nodes of any cell)")
+    lab_nodes: int = derived("most_nodes", 1)   # emulated hosts per job: the most of any cell
+    visible_gpus: tuple[str, ...] = derived("visible_gpus", ())
+
+    def __post_init__(self) -> None:
+        if not self.link_bps:
+            raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
+        require_range(self.cpus_per_node, "cpus_per_node", 1, os.cpu_count() or 1,
+                      optional=True)
+        if self.cpus_per_node is None:
+            object.__setattr__(self, "cpus_per_node",
+                               max(1, (os.cpu_count() or 1) // max(1, self.lab_nodes)))
 
 
 class NetnsLauncher:

@@ -25,11 +25,12 @@ import time
 from pathlib import Path
 
 from bench.host.checks import preflight
-from bench.host.launchers import compose, native
+from bench.host.launchers import compose, flags, native
 from bench.host.launchers.base import JobSpec
+from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
 from bench.host.launchers.scheduler import SchedulerEnd, scheduler_outcome
-from bench.options import ConfigError
+from bench.options import ConfigError, check_image
 from bench.shell import assignment, single_line, words
 from bench.topology import Topology
 
@@ -69,19 +70,30 @@ TASK = "; ".join([
 class SlurmOptions:
     """--launcher slurm: the partition and resources each job asks for, and what it runs."""
 
-    partition: str | None = None
-    account: str | None = None
-    time_limit: str | None = None        # Slurm's format; default: the deadline, rounded up
-    gpus_per_node: int = 0               # 0: a CPU job (no --gpus-per-node)
-    runtime: str = "native"
-    remote_dir: str | None = None        # the checkout on shared storage (default: this one)
-    image: str | None = None             # compose: the trainer image; pyxis: its registry name
-    env_file: Path | None = None         # compose: the node settings
-    profile: str = "cpu"                 # compose: the trainer service
-    results_root: Path = Path("results")
+    partition: str | None = launcher_flag(None, "the partition (default: the cluster's)")
+    account: str | None = launcher_flag(None, "the account to charge")
+    time_limit: str | None = launcher_flag(None, "each job's --time (default: --deadline "
+                                           "rounded up, plus a minute)")
+    gpus_per_node: int = launcher_flag(0, "GPUs each node asks for (default: 0, a CPU job)")
+    runtime: str = launcher_flag("native", "native (default: the checkout and venv on shared "
+                                 "storage), compose, or pyxis (srun --container-image)",
+                                 choices=RUNTIMES)
+    # The checkout on shared storage (default: this one).
+    remote_dir: str | None = launcher_flag(None, flags.REMOTE_DIR_HELP,
+                                           parse=flags.absolute_remote_dir)
+    image: str | None = launcher_flag(None, "the trainer image (compose), or its registry "
+                                      "name (pyxis)", parse=check_image)
+    env_file: Path | None = launcher_flag(None, "the node settings (compose)")
+    # compose: the trainer service; gpu whenever the nodes ask for GPUs.
+    profile: str = launcher_flag("cpu", "the trainer service (compose; gpu with "
+                                 "--gpus-per-node)", choices=compose.PROFILES)
+    results_root: Path = derived("results_root", Path("results"))
     poll_s: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.gpus_per_node:
+            object.__setattr__(self, "profile", "gpu")
+        compose.check_profile(self.profile)
         for name in ("partition", "account"):
             value = getattr(self, name)
             if value is not None and not _NAME.fullmatch(value):

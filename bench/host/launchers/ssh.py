@@ -18,12 +18,14 @@ from pathlib import Path
 
 from bench.host.checks import preflight
 from bench.host.checks.remote import Remote
-from bench.host.launchers import compose, native
+from bench.host.launchers import compose, flags, native
 from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
+from bench.options import ConfigError, check_image
 from bench.provenance import COMM_ENV_PREFIXES, COMM_SETTINGS
 from bench.shell import assignment, command_line, words
-from bench.topology import Topology, host_address
+from bench.topology import Topology, host_address, parse_hosts
 
 REPO = Path(__file__).resolve().parents[3]
 CONNECT_TIMEOUT_S = 10
@@ -31,6 +33,12 @@ CONNECT_TIMEOUT_S = 10
 # records use too) and the thread count. The values travel in the remote command line, which
 # a dry run prints and other users of a host may see: nothing outside the list goes.
 FORWARDED = COMM_SETTINGS | {"OMP_NUM_THREADS"}
+RUNTIMES = ("compose", "native")
+
+
+def host_tuple(text: str, setting: str) -> tuple[str, ...]:
+    """``"h1,h2"`` -> the hosts in node-rank order (``bench.topology.parse_hosts``)."""
+    return tuple(parse_hosts(text, setting))
 
 
 def ssh_base(ssh_config: Path | None = None) -> list[str]:
@@ -71,14 +79,45 @@ def remote_shell(directory: str, env: dict[str, str], argv: list[str]) -> str:
 class SshOptions:
     """--launcher ssh: node i on the i-th host, over SSH."""
 
-    hosts: tuple[str, ...]                  # node-rank order; the first leads
-    runtime: str = "compose"                # compose or native on each host
-    remote_dir: str | None = None           # this checkout's path there (default: the same)
-    ssh_config: Path | None = None
-    image: str | None = None                # the trainer image (runtime compose)
-    env_file: Path | None = None            # the node settings (runtime compose)
-    profile: str = "cpu"                    # the trainer service (runtime compose)
-    results_root: Path = Path("results")    # the results directory, mounted by Compose
+    hosts: tuple[str, ...] = launcher_flag((), "host1,host2 in node-rank order",
+                                           parse=host_tuple)
+    runtime: str = launcher_flag("compose", "Compose (default) or torchrun on each host",
+                                 choices=RUNTIMES)
+    remote_dir: str | None = launcher_flag(None, flags.REMOTE_DIR_HELP,
+                                           parse=flags.absolute_remote_dir)
+    ssh_config: Path | None = launcher_flag(None, "an ssh_config file (ports, keys, "
+                                            "known_hosts) passed to ssh -F")
+    image: str | None = launcher_flag(None, "the trainer image (--runtime compose)",
+                                      parse=check_image)
+    env_file: Path | None = launcher_flag(None, "the node settings (--runtime compose; "
+                                          "default: compose/.env there)")
+    profile: str = launcher_flag("cpu", "the trainer service (--runtime compose; default: gpu "
+                                 "where nvidia-smi lists a GPU here, else cpu)",
+                                 choices=compose.PROFILES, context_default="gpu_profile")
+    results_root: Path = derived("results_root", Path("results"))   # mounted by Compose
+    topologies: tuple[Topology, ...] = derived("topologies", ())   # every host count checked
+
+    def __post_init__(self) -> None:
+        parse_hosts(",".join(self.hosts), "--hosts")   # none, or one no host can be: refused
+        if self.remote_dir is not None:
+            flags.absolute_remote_dir(self.remote_dir, "--remote-dir")
+        if self.ssh_config is not None and not self.ssh_config.is_file():
+            raise ConfigError("--ssh-config", self.ssh_config, "no such file")
+        most = max((t.nodes for t in self.topologies), default=0)
+        if most > len(self.hosts):
+            raise ConfigError("--topologies", ",".join(map(str, self.topologies)),
+                              f"needs {most} nodes but --hosts names {len(self.hosts)}")
+        if self.runtime == "pyxis":
+            raise ConfigError("--runtime", self.runtime, "pyxis is a Slurm runtime: use "
+                              "compose or native with --launcher ssh")
+        if self.runtime not in RUNTIMES:
+            raise ConfigError("--runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        if self.runtime == "compose":
+            if not self.image:
+                raise ConfigError("--image", "''", "Compose needs the trainer image, e.g. "
+                                  "bench-trainer:cpu")
+            check_image(self.image, "--image")
+        compose.check_profile(self.profile)
 
 
 class SshLauncher:

@@ -6,6 +6,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.settings import (
     COMPOSE_DIR,
     NFS_PORT,
@@ -106,25 +107,46 @@ def _data_volume(settings: NodeSettings) -> tuple[dict, str | None]:
                       "nfs (a read-only NFS volume), or none (a directory on every node)")
 
 
+def default_env_file() -> Path:
+    """The node settings, as make reads them: compose/.env, else the documented defaults."""
+    env = COMPOSE_DIR / ".env"
+    return env if env.is_file() else COMPOSE_DIR / ".env.example"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class K8sOptions:
     """--launcher k8s: where the job goes, what each pod mounts, and which API runs it."""
 
-    image: str
-    env_file: Path                        # the node settings (compose/.env)
-    profile: str = "cpu"                  # cpu: CPU requests; gpu: nvidia.com/gpu requests
-    kind: str = "indexed"                 # indexed (Job + Service) or pytorchjob (Kubeflow)
-    namespace: str = "default"
-    context: str | None = None            # kubectl's --context (default: the current one)
-    results_claim: str | None = None      # a PersistentVolumeClaim (default bench-results)
-    results_host_path: str | None = None  # or a directory on each node
-    shm_size: str = "1Gi"                 # /dev/shm: a memory emptyDir of this size
+    image: str = launcher_flag("", "the trainer image's registry name, which each node pulls",
+                               parse=check_image)
+    # The node settings: compose/.env, else the documented defaults.
+    env_file: Path = launcher_flag(help="the node settings file (default: compose/.env, else "
+                                   "compose/.env.example)", default_factory=default_env_file)
+    # cpu: CPU requests; gpu: nvidia.com/gpu requests.
+    profile: str = launcher_flag("cpu", "cpu requests or gpu (nvidia.com/gpu) requests "
+                                 "(default: cpu)", choices=PROFILES)
+    kind: str = launcher_flag("indexed", "an Indexed Job behind a headless Service (default), "
+                              "or a Kubeflow PyTorchJob", flag="--k8s-kind", choices=KINDS)
+    namespace: str = launcher_flag("default", "the namespace of the jobs (default: default)")
+    context: str | None = launcher_flag(None, "kubectl's context (default: the current)",
+                                        flag="--kube-context")
+    results_claim: str | None = launcher_flag(None, "the PersistentVolumeClaim mounted at "
+                                              "/results (default: bench-results)")
+    results_host_path: str | None = launcher_flag(None, "a directory on each node mounted at "
+                                                  "/results instead of a claim")
+    shm_size: str = launcher_flag("1Gi", "each pod's /dev/shm, e.g. 8Gi (default: 1Gi)")
     poll_s: float = 2.0
     unschedulable_grace_s: float = 120.0  # an autoscaler may still add a node
+    # Every cell's: the pods of a job share one template (``check_topologies``).
+    topologies: tuple[Topology, ...] = derived("topologies", ())
     settings: PodSettings = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not self.image:
+            raise ConfigError("--image", "''", "Kubernetes pulls the trainer image: give its "
+                              "registry name, e.g. registry.example:5000/bench:cuda")
         check_image(self.image, "--image")
+        check_topologies(list(self.topologies))
         if self.profile not in PROFILES:
             raise ConfigError("--profile", self.profile, "cpu or gpu on Kubernetes (RDMA "
                               "devices need a cluster's own device plugin: not rendered)")
@@ -163,12 +185,6 @@ class K8sOptions:
         if self.results_host_path is not None:
             return None
         return self.results_claim or "bench-results"
-
-
-def default_env_file() -> Path:
-    """The node settings, as make reads them: compose/.env, else the documented defaults."""
-    env = COMPOSE_DIR / ".env"
-    return env if env.is_file() else COMPOSE_DIR / ".env.example"
 
 
 def check_topologies(topologies: list[Topology]) -> None:
