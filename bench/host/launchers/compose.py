@@ -2,7 +2,9 @@
 
 On a cluster each node runs its own ``docker compose up`` with its NODE_RANK; here the
 nodes of a job can also be simulated on one host as separate Compose projects (the CPU
-profile in CI). Every project is torn down afterwards, whatever happened.
+profile in CI). Every project is torn down afterwards, whatever happened. A node's project
+is written once (``compose_node``), for this host and for the ssh and Slurm launchers'
+hosts alike; ``bench compose`` (``main``) runs its job through ``ComposeLauncher``.
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def compose_node(node: NodeSpec, stack: Stack, *, master_addr: str | None,
                  master_port: int | None,
                  extra_env: dict[str, str] | None = None) -> ComposeNode:
     """Node ``node`` as a Compose project: the one Compose line of a node, on this host
-    (Compose and local launchers) or on another (ssh, Slurm). ``master_addr`` or
+    (the Compose launcher, ``bench compose``) or on another (ssh, Slurm). ``master_addr`` or
     ``master_port`` None: the shell's value, else the settings file's
     (``contract.node_env``)."""
     service, image_var = SERVICES[stack.profile]
@@ -164,9 +166,8 @@ class ComposeLauncher:
         return out
 
     def render(self, job: JobSpec) -> str:
-        identity = ("<id of " + self.options.image + ">",) * 2
-        projects = self.projects(job, self.nodes(job), RENDERED_PROGRAM, (identity[0],
-                                                                          identity[1]))
+        shown = f"<id of {self.options.image}>"
+        projects = self.projects(job, self.nodes(job), RENDERED_PROGRAM, (shown, shown))
         return render_commands([up for up, _ in projects], REPO) + "\n# afterwards, per " \
             "node: the same command with `down -v --remove-orphans -t 5` for `up ...`"
 

@@ -119,6 +119,7 @@ class SshLauncher:
         prints and launch runs."""
         env = forwarded_env()
         commands, cleanups = [], []
+        # Node i on the i-th host; hosts beyond the job's nodes stay idle.
         for node, host in zip(job.nodes, self.options.hosts, strict=False):
             line, stop = self.remote_lines(node, env)
             commands.append(NodeCommand(node.rank, host, ssh_argv(self.ssh, host, line)))
