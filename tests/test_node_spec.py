@@ -108,7 +108,7 @@ def test_netns_launches_what_it_renders(tmp_path, monkeypatch):
     launcher.launch(job)
     assert [c.host for c in captured.commands] == ["node0", "node1", "node2", "neighbour3"]
     rendered = launcher.render(job)
-    assert rendered.split("\n", 1)[1] == render_commands(without_temp_dir(captured.commands))
+    assert rendered.split("\n", 2)[2] == render_commands(without_temp_dir(captured.commands))
 
 
 def test_compose_launches_what_it_renders(tmp_path, monkeypatch):

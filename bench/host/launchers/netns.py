@@ -103,8 +103,8 @@ class NetnsLauncher:
         options = self.options
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
-                "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
-                f"(see bench/netlab.py), started again each time it ends\n"
+                "links (tc tbf);\n# nodes beyond the job's run an independent copy as "
+                "neighbours, started again each time it ends (see bench/netlab.py)\n"
                 + render_commands(commands(self.lab(job), job, neighbours_results(job))))
 
     def launch(self, job: JobSpec) -> JobOutcome:
