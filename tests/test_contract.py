@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import yaml
 
 from bench.host import contract
-from bench.host.launchers import native
+from bench.host.launchers.base import JobSpec
 from bench.host.settings import INTERPOLATED
 from bench.topology import Topology
 from conftest import REPO
@@ -65,8 +66,10 @@ def _entrypoint_torchrun_flags() -> list[str]:
 
 def test_the_entrypoint_starts_the_contract_argv():
     """Same torchrun flags, in the same order, as every other launcher's nodes."""
-    argv = native.torchrun_argv(Topology(2, 1), 0, master_addr="a", master_port=1,
-                                rdzv_timeout=5, job_id="j", results="r", trainer_args=[])
+    node = JobSpec(job_id="j", module="bench.rank.train", workload_args=(),
+                   topology=Topology(2, 1), master_port=1, rdzv_timeout=5, results=Path("r"),
+                   log_dir=Path("l"), deadline_s=60).nodes[0]
+    argv = contract.torchrun_argv(node, master_addr="a", master_port=node.master_port)
     contract_flags = [w for w in argv[argv.index("torch.distributed.run") + 1:]
                       if w.startswith("-")]
     assert _entrypoint_torchrun_flags() == contract_flags
@@ -80,11 +83,12 @@ def test_the_settings_file_documents_what_a_user_sets():
 
 
 def test_node_env_is_the_contract_vocabulary():
-    env = contract.node_env(nnodes=2, node_rank=1, nproc_per_node=4, master_addr="10.0.0.1",
-                            master_port=29500, rdzv_timeout=60, job_id="j1",
-                            module="bench.rank.train", workload_args=["--steps", "2 3"],
-                            results_dir="/r", results_name="x.jsonl", gpus="4,5,6,7",
-                            image_id="sha256:1")
+    node = contract.NodeSpec(rank=1, nnodes=2, nproc=4, master_port=29500, rdzv_timeout=60,
+                             job_id="j1", module="bench.rank.train",
+                             workload_args=("--steps", "2 3"), results=Path("/r/x.jsonl"),
+                             workdir=REPO, devices="4,5,6,7")
+    env = contract.node_env(node, master_addr="10.0.0.1", master_port=node.master_port,
+                            results_dir="/r", results_name="x.jsonl", image_id="sha256:1")
     assert set(env) == set(contract.NODE_VARIABLES)
     assert shlex.split(env["BENCH_ARGS"]) == ["--steps", "2 3"]
     assert contract.project_name("AbC-1", 2) == "bench-abc-1-node2"

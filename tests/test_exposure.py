@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from bench import record
 from bench.host.launchers import native
+from bench.host.launchers.base import JobSpec
 from bench.provenance import COMM_ENV_PREFIXES, COMM_SETTINGS, REDACTED, comm_env
 from bench.topology import Topology
 from conftest import REPO, free_port
@@ -65,8 +66,10 @@ def test_only_known_names_are_recorded_and_no_token_shaped_value(unknown, known,
 # --- the rendezvous and gloo listen on loopback; no temp litter ---------------------------
 
 def test_native_nodes_start_through_the_loopback_bound_rendezvous(tmp_path):
-    commands = native.commands(Topology(2, 1), ["--steps", "1"], master_port=29500,
-                               job_id="j", results=tmp_path / "r.jsonl", rdzv_timeout=60)
+    job = JobSpec(job_id="j", module="bench.rank.train", workload_args=("--steps", "1"),
+                  topology=Topology(2, 1), master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "r.jsonl", log_dir=tmp_path, deadline_s=60)
+    commands = native.NativeLauncher(native.NativeOptions()).commands(job)
     for command in commands:
         argv = command.argv
         assert argv[1:5] == ["-m", "bench.rank.torchrun", "--store-bind", "127.0.0.1"]

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from bench.host import gpus
-from bench.host.launchers.native import own_gpus
-from bench.host.launchers.nodes import NodeCommand
+from bench.host.launchers.base import JobSpec
+from bench.host.launchers.native import NativeLauncher, NativeOptions
 from bench.options import ConfigError
 from bench.topology import Topology
 from conftest import REPO
@@ -56,13 +56,19 @@ def test_wants_gpus(args, visible, expected):
     assert gpus.wants_gpus(args, visible) is expected
 
 
-def test_native_nodes_get_their_own_cuda_visible_devices():
-    commands = [NodeCommand(rank, f"node{rank}", ["true"], {"A": "1"}) for rank in range(2)]
-    placed = own_gpus(commands, Topology(2, 2), ["--steps", "1"], ["0", "1", "2", "3"])
+def _job(args: tuple[str, ...], tmp_path) -> JobSpec:
+    return JobSpec(job_id="j", module="bench.rank.train", workload_args=args,
+                   topology=Topology(2, 2), master_port=29500, rdzv_timeout=60,
+                   results=tmp_path / "r.jsonl", log_dir=tmp_path, deadline_s=60)
+
+
+def test_native_nodes_get_their_own_cuda_visible_devices(tmp_path):
+    launcher = NativeLauncher(NativeOptions(visible_gpus=("0", "1", "2", "3")))
+    placed = launcher.commands(_job(("--steps", "1"), tmp_path))
     assert [c.env["CUDA_VISIBLE_DEVICES"] for c in placed] == ["0,1", "2,3"]
-    assert all(c.env["A"] == "1" and c.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-               for c in placed)
-    assert own_gpus(commands, Topology(2, 2), ["--device", "cpu"], ["0"]) == commands
+    assert all(c.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for c in placed)
+    on_cpu = NativeLauncher(NativeOptions(visible_gpus=("0",)))
+    assert all(c.env is None for c in on_cpu.commands(_job(("--device", "cpu"), tmp_path)))
 
 
 def test_the_matrix_refuses_before_starting_a_cell_this_host_cannot_hold(tmp_path):

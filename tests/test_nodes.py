@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.host import netlab
 from bench.host.launchers import netns
+from bench.host.launchers.base import JobSpec
 from bench.host.launchers.nodes import NodeCommand, run_nodes
 from bench.topology import Topology
 
@@ -67,10 +68,10 @@ def test_the_restart_loop_runs_again_after_each_success_and_ends_on_a_failure(tm
 
 def test_neighbours_are_background_and_restarting_and_the_job_nodes_are_not(tmp_path):
     lab = netlab.Lab(4, 10**9, cpus_per_node=1)
-    commands = netns.commands(lab, Topology(2, 1), ["--steps", "3"], master_port=29500,
-                              job_id="job", results=tmp_path / "runs.jsonl", rdzv_timeout=60,
-                              module="bench.rank.train",
-                              neighbours_results=tmp_path / "neighbours.jsonl")
+    job = JobSpec(job_id="job", module="bench.rank.train", workload_args=("--steps", "3"),
+                  topology=Topology(2, 1), master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "runs.jsonl", log_dir=tmp_path, deadline_s=60)
+    commands = netns.commands(lab, job, tmp_path / "neighbours.jsonl")
     assert [(c.host, c.background) for c in commands] == [
         ("node0", False), ("node1", False), ("neighbour2", True), ("neighbour3", True)]
     for command in commands:

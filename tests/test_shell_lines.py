@@ -28,10 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.host import contract
 from bench.host.checks import containers, data, network
 from bench.host.checks import ssh as ssh_checks
 from bench.host.checks.remote import Hosts
-from bench.host.launchers import compose, k8s, native, slurm, ssh
+from bench.host.launchers import compose, k8s, slurm, ssh
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import NodeCommand
 from bench.options import ConfigError
@@ -142,15 +143,13 @@ def _expected_remote(options, launcher, job, rank):
     """The argv each host's shell must run, built here from the values, not the renderer."""
     directory = options.remote_dir
     if options.runtime == "native":
-        argv = native.torchrun_argv(job.topology, rank, master_addr=host_address(
-                                    options.hosts[0]),
-                                    master_port=29500, rdzv_timeout=60, job_id=job.job_id,
-                                    results=str(job.results), trainer_args=list(job.workload_args),
-                                    python=f"{directory}/.venv/bin/python")
+        argv = contract.torchrun_argv(job.nodes[rank], master_addr=host_address(
+                                      options.hosts[0]), master_port=29500,
+                                      python=f"{directory}/.venv/bin/python")
         up = ["exec", "env", f"NCCL_DEBUG={os.environ['NCCL_DEBUG']}", *argv]
         down = ["pkill", "-TERM", "-f", "--", f"--rdzv-id {job.job_id}"]
         return ["cd", directory, "&&", *up], down
-    node = launcher.compose_node(job, rank, {"NCCL_DEBUG": os.environ["NCCL_DEBUG"]})
+    node = launcher.compose_node(job.nodes[rank], {"NCCL_DEBUG": os.environ["NCCL_DEBUG"]})
     assert node.env["BENCH_ENV_FILE"] == str(options.env_file)
     assert node.env["NCCL_DEBUG"] == os.environ["NCCL_DEBUG"]
     assert shlex.split(node.env["BENCH_ARGS"]) == list(job.workload_args)
@@ -267,7 +266,7 @@ def test_the_sbatch_script_has_its_header_and_one_srun_argv(**values):
     task = slurm.task_argv(options, job, options.remote_dir)
     assert srun[0] == "srun" and srun[-len(task):] == task
     assert f"--output={job.log_dir}/node%n.log" in srun
-    main = task[6:6 + int(task[5])]
+    main = task[5:5 + int(task[4])]
     if options.runtime == "compose":
         assert main[main.index("--env-file") + 1] == str(options.env_file)
     elif values["args"]:
@@ -293,7 +292,9 @@ def test_the_sbatch_script_runs_nothing_and_hands_srun_its_argv(**values):
 
 @large
 @given(**SLURM_VALUES, node=st.sampled_from(["0", "1"]))
-def test_the_srun_task_fills_in_the_node_and_runs_nothing_else(node, **values):
+def test_the_srun_task_runs_its_nodes_command_and_nothing_else(node, **values):
+    """Each node runs its own command and clean-up, word for word as rendered from its spec:
+    a value holding what once was a placeholder (@NODE_RANK@) is no longer special."""
     made = _script(**values)
     if made is None:
         return
@@ -305,19 +306,8 @@ def test_the_srun_task_fills_in_the_node_and_runs_nothing_else(node, **values):
     task = slurm.task_argv(options, job, options.remote_dir)
     calls = run_bash(shlex.join(task), env={"SLURM_NODEID": node, "SLURMD_NODENAME": "n1",
                                             "MASTER_ADDR": "10.9.8.7", "MASTER_PORT": "23456"})
-    fill = {"@NODE_RANK@": node, "@node_rank@": node, "@NPROC@": "1",
-            "@MASTER_ADDR@": "10.9.8.7", "@MASTER_PORT@": "23456"}
-    count = int(task[5])
-    expected = []
-    for part in (task[6:6 + count], task[6 + count:]):
-        words = []
-        for word in part:
-            for placeholder, value in fill.items():
-                word = word.replace(placeholder, value)
-            words.append(word)
-        if words:
-            expected.append(words)
-    assert same_calls(calls, expected), (calls, expected)
+    main, cleanup = slurm.node_commands(options, job.nodes[int(node)], options.remote_dir)
+    assert same_calls(calls, [main, *([cleanup] if cleanup else [])]), (calls, main)
 
 
 @pytest.mark.parametrize("verb", [["slurm", "script"], ["matrix", "--launcher", "slurm"]])
@@ -351,11 +341,10 @@ def test_the_compose_lines_split_back_and_run_nothing(env_file, results, args):
     job = job_spec(WATCH.parent / results, args, nodes=2)
     launcher = compose.ComposeLauncher(options)
     rendered = launcher.render(job)
-    compose_job = launcher.job(job)
-    commands = compose._commands(compose_job, compose._compose(compose_job, ["docker", "compose"]),
-                                 job.job_id, ("<id of bench-trainer:cpu>",) * 2)
+    projects = launcher.projects(job, job.nodes, ["docker", "compose"],
+                                 ("<id of bench-trainer:cpu>",) * 2)
     expected, words = [], []
-    for command in commands:
+    for command, _ in projects:
         argv = ["env", *assignments(command.env), *command.argv]
         assert argv[argv.index("--env-file") + 1] == str(Path(env_file))
         assert shlex.split(command.env["BENCH_ARGS"]) == list(args)
@@ -369,9 +358,11 @@ def test_the_compose_lines_split_back_and_run_nothing(env_file, results, args):
 @given(results=HOSTILE.filter(bool), args=ARGS, job_id=HOSTILE.filter(bool),
        addr=HOSTILE.filter(bool))
 def test_the_torchrun_line_splits_back_and_runs_nothing(results, args, job_id, addr):
-    argv = native.torchrun_argv(Topology(1, 2), 0, master_addr=addr, master_port=29500,
-                                rdzv_timeout=60, job_id=job_id, results=results,
-                                trainer_args=args, python="python3")
+    node = contract.NodeSpec(rank=0, nnodes=1, nproc=2, master_port=29500, rdzv_timeout=60,
+                             job_id=job_id, module="bench.rank.train",
+                             workload_args=tuple(args), results=Path(results), workdir=REPO)
+    argv = contract.torchrun_argv(node, master_addr=addr, master_port=29500,
+                                  results=results, python="python3")
     line = render_commands([NodeCommand(0, "node0", argv)])
     assert shlex.split(line, comments=True) == argv
     assert run_bash(line) == [argv]

@@ -3,6 +3,7 @@ its options, and how Slurm's end states become rows. (tests/test_slurm_e2e.py ru
 on a real two-node Slurm.)"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.host import contract
 from bench.host.failures import describe_failure
-from bench.host.launchers import native, slurm
+from bench.host.launchers import slurm
 from bench.host.launchers.base import JobSpec
 from bench.host.outcome import JobOutcome, NodeOutcome
 from bench.options import ConfigError
@@ -46,17 +48,21 @@ def test_without_partition_or_gpus_the_script_leaves_them_to_slurm(tmp_path):
     assert "#SBATCH --time=1:00:00" in text.splitlines()
 
 
-@pytest.mark.parametrize("node_id", ["0", "1"])
-def test_each_task_runs_the_one_torchrun_argv_with_its_node_rank(tmp_path, node_id):
-    """The task line, run by bash as srun would on a node, starts exactly the argv of the
-    node contract, with SLURM_NODEID as the node rank; hostile trainer flags stay single
-    arguments and run nothing."""
+@pytest.mark.parametrize("node_id", ["0", "1", "2"])
+def test_each_task_runs_its_own_nodes_torchrun_argv(tmp_path, node_id):
+    """The task line, run by bash as srun would on a node, starts exactly the argv of its
+    node's spec (SLURM_NODEID picks it; uneven nodes keep their process counts), with the
+    rendezvous from the batch script's MASTER_ADDR and MASTER_PORT as torchrun's
+    PET_MASTER_ADDR and PET_MASTER_PORT; hostile trainer flags stay single arguments and
+    run nothing."""
     directory = tmp_path / "checkout"
     fake = directory / ".venv" / "bin" / "python"
     fake.parent.mkdir(parents=True)
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\nprint(json.dumps("
+                    "[sys.argv[1:], os.environ['PET_MASTER_ADDR'], "
+                    "os.environ['PET_MASTER_PORT']]))\n")
     fake.chmod(0o755)
-    job = _job(tmp_path)
+    job = dataclasses.replace(_job(tmp_path), topology=Topology.parse("1+1+2"))
     task = slurm.task_argv(slurm.SlurmOptions(remote_dir=str(directory)), job,
                            str(directory))
     env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": node_id, "SLURMD_NODENAME": "n" + node_id,
@@ -64,13 +70,21 @@ def test_each_task_runs_the_one_torchrun_argv_with_its_node_rank(tmp_path, node_
     out = subprocess.run(task, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     argv_line, exit_line = out.stdout.splitlines()
-    expected = native.torchrun_argv(job.topology, node_id, master_addr="10.1.2.3",
-                                    master_port="23456", rdzv_timeout=60, job_id="m1-c1r1",
-                                    results=str(job.results.resolve()),
-                                    trainer_args=list(HOSTILE_ARGS), python=str(fake))
-    assert json.loads(argv_line) == expected[1:]
+    expected = contract.torchrun_argv(job.nodes[int(node_id)], master_addr=None,
+                                      master_port=None, results=str(job.results.resolve()),
+                                      python=str(fake))
+    assert json.loads(argv_line) == [expected[1:], "10.1.2.3", "23456"]
+    assert expected[expected.index("--node_rank") + 1] == node_id
+    assert expected[expected.index("--nproc_per_node") + 1] == ("2" if node_id == "2" else "1")
     assert exit_line == f"[bench-slurm] node {node_id} (n{node_id}) exited 0"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_task_on_a_node_the_script_has_no_command_for_says_so(tmp_path):
+    task = slurm.task_argv(slurm.SlurmOptions(remote_dir="/srv/bench"), _job(tmp_path), "/srv")
+    out = subprocess.run(task, env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": "2"},
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "no command for node 2" in out.stderr
 
 
 @pytest.mark.parametrize("field, value", [

@@ -60,11 +60,15 @@ def test_bad_uneven_topologies_are_refused(text):
 def test_uneven_nodes_get_their_own_gpus_and_process_counts(tmp_path):
     from bench.host import gpus
     from bench.host.launchers import native
+    from bench.host.launchers.base import JobSpec
     from bench.topology import Topology
 
     lab = Topology.parse("1+1+2")
     assert gpus.assign(lab, ["0", "1", "2", "3"]) == ["0", "1", "2,3"]
-    commands = native.commands(lab, ["--steps", "1"], master_port=29500, job_id="j",
-                               results=tmp_path / "r.jsonl", rdzv_timeout=60)
+    job = JobSpec(job_id="j", module="bench.rank.train", workload_args=("--steps", "1"),
+                  topology=lab, master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "r.jsonl", log_dir=tmp_path, deadline_s=60)
+    launcher = native.NativeLauncher(native.NativeOptions(visible_gpus=("0", "1", "2", "3")))
+    commands = launcher.commands(job)
     procs = [c.argv[c.argv.index("--nproc_per_node") + 1] for c in commands]
     assert procs == ["1", "1", "2"]

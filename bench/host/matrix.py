@@ -383,7 +383,8 @@ def job_log_dir(cfg: MatrixConfig, job_id: str) -> Path:
 
 def job_spec(cfg: MatrixConfig, cell: Cell, job_id: str, master_port: int) -> JobSpec:
     """The job of one repeat of a cell: its logs and record under the results' directory,
-    on ``master_port``."""
+    on ``master_port``; it makes its nodes' specs once (``JobSpec.nodes``), which the
+    launcher renders and launches."""
     log_dir = job_log_dir(cfg, job_id)
     return JobSpec(job_id=job_id, module=cfg.module,
                    workload_args=tuple(cell.trainer_args(cfg.trainer_args)),

@@ -2,24 +2,34 @@
 
 The matrix schedules and records; a launcher launches; nothing else crosses between them.
 A ``JobSpec`` says what runs (the workload module and its argv), on what topology, on which
-port, where its record goes, and how long it may take. A launcher is built from its own
-options section and does two things with a spec:
+port, where its record goes, and how long it may take; it turns itself, once, into one
+``NodeSpec`` per node (``bench.host.contract``), which is all a launcher needs of a node. A
+launcher is built from its own options section and does two things with a spec:
 
 - ``render(job)``: the native job it would start (torchrun lines, Compose commands, ssh
   lines, an sbatch script), as text, without starting anything;
 - ``launch(job)``: start it, wait, stop it whatever happens, and return a ``JobOutcome``.
+
+Each launcher renders every node's spec in its own form, and launches exactly the commands
+it renders (render and launch build them in one place).
 
 No torch here: this is the host side.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from bench.host import gpus
+from bench.host.contract import NodeSpec
 from bench.host.launchers.nodes import JobOutcome, NodeCommand
 from bench.shell import command_line, single_line
 from bench.topology import Topology
+
+# The stack's checkout on this host: where its Compose files and its venv are.
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +45,25 @@ class JobSpec:
     results: Path                    # the file rank 0 appends the record to
     log_dir: Path                    # each node's output, and launcher files (scripts)
     deadline_s: float                # the whole job, start to end
+    # One spec per node, in rank order: made once, from the fields above.
+    nodes: tuple[NodeSpec, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(
+            NodeSpec(rank=rank, nnodes=self.topology.nodes, nproc=self.topology.procs_on(rank),
+                     master_port=self.master_port, rdzv_timeout=self.rdzv_timeout,
+                     job_id=self.job_id, module=self.module,
+                     workload_args=self.workload_args, results=self.results, workdir=REPO)
+            for rank in range(self.topology.nodes)))
+
+
+def on_shared_gpus(job: JobSpec, visible: Sequence[str]) -> tuple[NodeSpec, ...]:
+    """The job's nodes where all of them run on this host, each with its own block of this
+    host's ``visible`` GPUs (``bench.host.gpus.assign``: node i the i-th block, its process
+    count wide); ConfigError when there are too few."""
+    blocks = gpus.assign(job.topology, list(visible))
+    return tuple(dataclasses.replace(node, devices=block)
+                 for node, block in zip(job.nodes, blocks, strict=True))
 
 
 class Launcher(Protocol):

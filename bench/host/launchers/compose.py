@@ -2,7 +2,9 @@
 
 On a cluster each node runs its own ``docker compose up`` with its NODE_RANK; here the
 nodes of a job can also be simulated on one host as separate Compose projects (the CPU
-profile in CI). Every project is torn down afterwards, whatever happened.
+profile in CI). Every project is torn down afterwards, whatever happened. A node's project
+is written once (``compose_node``), for this host and for the ssh and Slurm launchers'
+hosts alike; ``bench compose`` (``main``) runs its job through ``ComposeLauncher``.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.host import contract
 from bench.host.checks import preflight
-from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.contract import NodeSpec
+from bench.host.launchers.base import JobSpec, on_shared_gpus, render_commands
 from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.options import ConfigError, check_image
@@ -60,121 +64,77 @@ def image_identity(image: str) -> tuple[str, str]:
     return image_id, digests[0] if digests else image_id
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ComposeJob:
-    """A job of ``nnodes`` nodes started through Compose on this host."""
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stack:
+    """The stack as the shell that starts a node sees it: how it calls Compose, the files
+    Compose reads there, the trainer service's profile and image, where records go."""
 
-    profile: str                 # cpu or gpu
-    env_file: Path
-    nnodes: int
-    nproc_per_node: int | tuple[int, ...]   # one count, or one per node (uneven nodes)
-    trainer_args: list[str]
-    results_dir: Path
-    results_name: str
+    up: tuple[str, ...]          # runs `up` with the project's arguments after it
+    down: tuple[str, ...]        # runs `down` likewise
+    compose_file: str
+    env_file: str                # the node settings, as Compose there finds them
+    env_file_var: str            # BENCH_ENV_FILE: the same file, for the service's env_file
+    profile: str                 # cpu, gpu or gpu-ib: the trainer service
     image: str
-    master_port: int = 29500
-    deadline_s: float = 1800.0
-    # None: every node of the job as a Compose project on this host (a simulated cluster);
-    # a rank: only that node, which joins a job whose other nodes run elsewhere.
-    only_rank: int | None = None
-    module: str = "bench.rank.train"   # the workload: the trainer or bench.rank.allreduce
-    rdzv_timeout: int | None = None   # None: the settings file's RDZV_TIMEOUT
-    master_addr: str | None = None    # None: the settings file's MASTER_ADDR
-    # Each simulated node's GPUs (bench.host.gpus.assign), or None: every GPU to every node.
-    gpus_per_node: list[str] | None = None
+    results_root: Path           # the directory mounted at /results; the record is under it
+    # The image's (id, digest) where this host reads them; None: the node's host reads them
+    # itself (REMOTE_UP).
+    identity: tuple[str, str] | None = None
 
 
-def _commands(job: ComposeJob, compose: list[str], job_id: str,
-              identity: tuple[str, str] | None = None) -> list[NodeCommand]:
-    """Each node's `compose up`; ``identity``: the image's (id, digest), read from Docker
-    when not given."""
-    service, image_var = SERVICES[job.profile]
-    image_id, image_digest = identity or image_identity(job.image)
-    ranks = range(job.nnodes) if job.only_rank is None else [job.only_rank]
-    commands = []
-    for rank in ranks:
-        env = contract.node_env(
-            nnodes=job.nnodes, node_rank=rank,
-            nproc_per_node=job.nproc_per_node[rank] if isinstance(job.nproc_per_node, tuple)
-            else job.nproc_per_node,
-            master_addr=job.master_addr, master_port=job.master_port,
-            rdzv_timeout=job.rdzv_timeout, job_id=job_id, module=job.module,
-            workload_args=job.trainer_args, results_dir=str(job.results_dir.resolve()),
-            results_name=job.results_name,
-            gpus=job.gpus_per_node[rank] if job.gpus_per_node else None,
-            image_id=image_id, image_digest=image_digest)
-        if job.rdzv_timeout is None:  # the settings file's RDZV_TIMEOUT applies
-            del env["RDZV_TIMEOUT"]
-        if job.master_addr is None:   # the settings file's MASTER_ADDR applies
-            del env["MASTER_ADDR"]
-        env |= {"BENCH_ENV_FILE": str(job.env_file.resolve()), image_var: job.image}
-        commands.append(NodeCommand(rank, f"node{rank}", compose + [
-            "-p", contract.project_name(job_id, rank), "up", "--no-log-prefix",
-            "--exit-code-from", service, service], env))
-    return commands
+def local_stack(options: ComposeOptions, job: JobSpec, program: list[str],
+                identity: tuple[str, str]) -> Stack:
+    """The stack on this host: Compose is ``program``, the record's directory is mounted."""
+    return Stack(up=tuple(program), down=tuple(program), compose_file=str(COMPOSE_FILE),
+                 env_file=str(options.env_file), env_file_var=str(options.env_file.resolve()),
+                 profile=options.profile, image=options.image,
+                 results_root=job.results.parent, identity=identity)
+
+
+def remote_stack(*, profile: str, image: str, env_file: str, results_root: Path) -> Stack:
+    """The stack on another host (ssh, a Slurm task), run from its checkout: the host
+    reads the image's id and picks its own Compose."""
+    return Stack(up=("sh", "-c", REMOTE_UP, "bench-node", image),
+                 down=("sh", "-c", REMOTE_DOWN, "bench-node"),
+                 compose_file="compose/docker-compose.yml", env_file=env_file,
+                 env_file_var=env_file, profile=profile, image=image,
+                 results_root=results_root)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RemoteNode:
-    """One node's Compose project as argvs for a shell on another host: its env (the node
-    contract), the ``up`` that runs it and the ``down`` that removes it. Callers render
-    them with ``bench.shell``; a value here is only ever one word."""
+class ComposeNode:
+    """One node's Compose project as argvs: its env (the node contract), the ``up`` that
+    runs it and the ``down`` that removes it. Callers render them with ``bench.shell``; a
+    value here is only ever one word."""
 
     env: dict[str, str]
     up: list[str]
     down: list[str]
 
 
-def remote_node(job: JobSpec, *, profile: str, image: str, env_file: str, results_root: Path,
-                node_rank: int | str, nproc: int | str, master_addr: str,
-                master_port: int | str, extra_env: dict[str, str] | None = None) -> RemoteNode:
-    """The argv-level node both the ssh launcher and the Slurm task render. ``node_rank``,
-    ``nproc``, ``master_addr`` and ``master_port`` may be placeholders that the Slurm task
-    fills in per node (``bench.host.launchers.slurm``)."""
-    service, image_var = SERVICES[profile]
-    results_dir = results_root.resolve()
+def compose_node(node: NodeSpec, stack: Stack, *, master_addr: str | None,
+                 master_port: int | None,
+                 extra_env: dict[str, str] | None = None) -> ComposeNode:
+    """Node ``node`` as a Compose project: the one Compose line of a node, on this host
+    (the Compose launcher, ``bench compose``) or on another (ssh, Slurm). ``master_addr`` or
+    ``master_port`` None: the shell's value, else the settings file's
+    (``contract.node_env``)."""
+    service, image_var = SERVICES[stack.profile]
+    results_dir = stack.results_root.resolve()
+    image_id, image_digest = stack.identity or (None, None)
     env = {**(extra_env or {}), **contract.node_env(
-        nnodes=job.topology.nodes, node_rank=node_rank, nproc_per_node=nproc,
-        master_addr=master_addr, master_port=master_port, rdzv_timeout=job.rdzv_timeout,
-        job_id=job.job_id, module=job.module, workload_args=list(job.workload_args),
+        node, master_addr=master_addr, master_port=master_port,
         results_dir=str(results_dir),
-        results_name=str(Path(job.results).resolve().relative_to(results_dir))),
-        "BENCH_ENV_FILE": env_file, image_var: image}
-    project = ["-f", "compose/docker-compose.yml", "--env-file", env_file, "--profile", profile,
-               "-p", contract.project_name(job.job_id, node_rank)]
-    return RemoteNode(
+        results_name=str(node.results.resolve().relative_to(results_dir)),
+        image_id=image_id, image_digest=image_digest),
+        "BENCH_ENV_FILE": stack.env_file_var, image_var: stack.image}
+    project = ["-f", stack.compose_file, "--env-file", stack.env_file,
+               "--profile", stack.profile, "-p", contract.project_name(node.job_id, node.rank)]
+    return ComposeNode(
         env=env,
-        up=["sh", "-c", REMOTE_UP, "bench-node", image, *project, "up", "--no-log-prefix",
-            "--exit-code-from", service, service],
-        down=["sh", "-c", REMOTE_DOWN, "bench-node", *project, "down", "-v",
-              "--remove-orphans", "-t", "5"])
-
-
-def _compose(job: ComposeJob, command: list[str] | None = None) -> list[str]:
-    return (command or contract.compose_command()) + ["-f", str(COMPOSE_FILE), "--env-file",
-                                             str(job.env_file), "--profile", job.profile]
-
-
-def run(job: ComposeJob, log_dir: Path | None = None, job_id: str | None = None) -> JobOutcome:
-    """Start every node as a Compose project, wait, and always tear every project down."""
-    compose = _compose(job)
-    commands = _commands(job, compose, job_id or uuid.uuid4().hex[:8])
-
-    def down() -> None:
-        # Every node's project at once: each `down` mostly waits on the daemon.
-        downs = [subprocess.Popen(compose + ["-p", command.argv[command.argv.index("-p") + 1],
-                                             "down", "-v", "--remove-orphans", "-t", "5"],
-                                  env={**os.environ, **(command.env or {})}, cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for command in commands]
-        for process in downs:
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-    return run_nodes(commands, deadline_s=job.deadline_s, log_dir=log_dir, cleanup=down,
-                     cwd=REPO)
+        up=[*stack.up, *project, "up", "--no-log-prefix", "--exit-code-from", service,
+            service],
+        down=[*stack.down, *project, "down", "-v", "--remove-orphans", "-t", "5"])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,6 +158,10 @@ class ComposeOptions:
         check_profile(self.profile)
 
 
+# What a dry run shows for Compose and the image's identity, which only a launch reads.
+RENDERED_PROGRAM = ["docker", "compose"]
+
+
 class ComposeLauncher:
     name = "compose"
 
@@ -208,30 +172,54 @@ class ComposeLauncher:
         # a missing image: one line now, not a failed job
         preflight.require(preflight.compose(self.options.image))
 
-    def job(self, job: JobSpec) -> ComposeJob:
-        from bench.host import gpus
+    def nodes(self, job: JobSpec) -> tuple[NodeSpec, ...]:
+        """The job's nodes, each on its own GPUs of this host for the GPU profiles."""
+        visible = self.options.visible_gpus
+        if self.options.profile.startswith("gpu") and visible:
+            return on_shared_gpus(job, visible)
+        return job.nodes
 
-        options = self.options
-        results_dir = job.results.parent
-        return ComposeJob(
-            profile=options.profile, env_file=options.env_file, nnodes=job.topology.nodes,
-            nproc_per_node=job.topology.counts, trainer_args=list(job.workload_args),
-            results_dir=results_dir, results_name=job.results.name, image=options.image,
-            master_port=job.master_port, deadline_s=job.deadline_s, module=job.module,
-            rdzv_timeout=job.rdzv_timeout,
-            gpus_per_node=gpus.assign(job.topology, list(options.visible_gpus))
-            if options.profile.startswith("gpu") and options.visible_gpus else None)
+    def projects(self, job: JobSpec, nodes: Sequence[NodeSpec], program: list[str],
+                 identity: tuple[str, str]) -> list[tuple[NodeCommand, NodeCommand]]:
+        """Each node's ``up`` and its ``down``, run from the checkout. MASTER_ADDR is the
+        settings file's."""
+        stack = local_stack(self.options, job, program, identity)
+        out = []
+        for node in nodes:
+            project = compose_node(node, stack, master_addr=None, master_port=node.master_port)
+            out.append((NodeCommand(node.rank, f"node{node.rank}", project.up, project.env),
+                        NodeCommand(node.rank, f"node{node.rank}", project.down, project.env)))
+        return out
 
     def render(self, job: JobSpec) -> str:
-        compose_job = self.job(job)
-        compose = _compose(compose_job, ["docker", "compose"])
-        identity = ("<id of " + self.options.image + ">",) * 2
-        ups = _commands(compose_job, compose, job.job_id, identity)
-        return render_commands(ups, REPO) + "\n# afterwards, per node: the same command " \
-            "with `down -v --remove-orphans -t 5` for `up ...`"
+        shown = f"<id of {self.options.image}>"
+        projects = self.projects(job, self.nodes(job), RENDERED_PROGRAM, (shown, shown))
+        return render_commands([up for up, _ in projects], REPO) + "\n# afterwards, per " \
+            "node: the same command with `down -v --remove-orphans -t 5` for `up ...`"
 
     def launch(self, job: JobSpec) -> JobOutcome:
-        return run(self.job(job), log_dir=job.log_dir, job_id=job.job_id)
+        return self.run(job, self.nodes(job), log_dir=job.log_dir)
+
+    def run(self, job: JobSpec, nodes: Sequence[NodeSpec],
+            log_dir: Path | None) -> JobOutcome:
+        """Start ``nodes`` (the job's, or the one node of this host), wait, and always tear
+        every project down."""
+        projects = self.projects(job, nodes, contract.compose_command(),
+                                 image_identity(self.options.image))
+
+        def down() -> None:
+            # Every node's project at once: each `down` mostly waits on the daemon.
+            downs = [subprocess.Popen(command.argv, env={**os.environ, **(command.env or {})},
+                                      cwd=REPO, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for _, command in projects]
+            for process in downs:
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+        return run_nodes([up for up, _ in projects], deadline_s=job.deadline_s,
+                         log_dir=log_dir, cleanup=down, cwd=REPO)
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
@@ -283,18 +271,25 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
             values["NODE_RANK"] = "0"  # every rank runs here; rank 0's view is checked
         node = NodeSettings.parse(values, args.profile)
         check_data_volume(node, timeout=5)
-        visible = gpus.visible_gpus()
-        on_gpus = args.profile.startswith("gpu") and bool(visible)
-        simulated = None if args.only_this_node or not on_gpus \
-            else gpus.assign(Topology(node.nnodes, node.nproc_per_node), visible)
-        job = ComposeJob(profile=args.profile, env_file=args.env_file, nnodes=node.nnodes,
-                         nproc_per_node=node.nproc_per_node, trainer_args=trainer_args,
-                         results_dir=args.results.parent, results_name=args.results.name,
-                         image=args.image, master_port=node.master_port,
-                         deadline_s=args.deadline,
-                         only_rank=node.node_rank if args.only_this_node else None,
-                         gpus_per_node=simulated)
-        outcome = run(job)
+        # Every node here shares this host's GPUs; a node started on its own has its
+        # host's.
+        visible = () if args.only_this_node else tuple(gpus.visible_gpus())
+        launcher = ComposeLauncher(ComposeOptions(image=args.image, env_file=args.env_file,
+                                                  profile=args.profile, visible_gpus=visible))
+        job_id = uuid.uuid4().hex[:8]
+        job = JobSpec(job_id=job_id, module="bench.rank.train",
+                      workload_args=tuple(trainer_args),
+                      topology=Topology(node.nnodes, node.nproc_per_node),
+                      master_port=node.master_port,
+                      # The settings' timeout (checked above), or Compose's default.
+                      rdzv_timeout=int(values.get("RDZV_TIMEOUT") or "600"),
+                      results=args.results, log_dir=args.results.parent / "logs" / job_id,
+                      deadline_s=args.deadline)
+        nodes = launcher.nodes(job)
+        # Node output stays on the console (no log files under log_dir), as it always has
+        # for a job started on its own.
+        outcome = launcher.run(job, [nodes[node.node_rank]] if args.only_this_node else nodes,
+                               log_dir=None)
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -302,7 +297,7 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
     # Rank 0 writes the job's one row; when it could not (a node died first, rank 0 hung
     # or never started), the row is written here. A node other than 0 started on its own
     # leaves the row to node 0's host.
-    if not records and job.only_rank in (None, 0):
+    if not records and (not args.only_this_node or node.node_rank == 0):
         rec = failure_record(train_cfg, Topology(node.nnodes, node.nproc_per_node))
         if not outcome.ok:
             rec = describe_failure(rec, outcome, args.deadline)

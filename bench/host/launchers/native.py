@@ -12,7 +12,8 @@ from pathlib import Path
 
 from bench.host import contract, gpus
 from bench.host.checks import preflight
-from bench.host.launchers.base import JobSpec, render_commands
+from bench.host.contract import NodeSpec
+from bench.host.launchers.base import JobSpec, on_shared_gpus, render_commands
 from bench.host.launchers.flags import derived
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
 from bench.options import ConfigError
@@ -22,47 +23,19 @@ from bench.topology import Topology
 LOOPBACK = "127.0.0.1"
 
 
-def torchrun_argv(topology: Topology, node_rank: int | str, *, master_addr: str,
-                  master_port: int | str, rdzv_timeout: int, job_id: str, results: str,
-                  trainer_args: list[str], python: str = sys.executable,
-                  module: str = "bench.rank.train", nproc: int | str | None = None,
-                  store_bind: str | None = None) -> list[str]:
-    """One node's torchrun command (``bench.host.contract.torchrun_argv``) for a topology.
-    ``nproc``: the node's process count where the caller knows it only on the node (a
-    shell variable); by default the topology's count for ``node_rank``. ``store_bind``:
-    the one address the rendezvous store listens on, where the caller knows it."""
-    return contract.torchrun_argv(nnodes=topology.nodes, node_rank=node_rank,
-                                  nproc_per_node=topology.procs_on(int(node_rank))
-                                  if nproc is None else nproc,
-                                  master_addr=master_addr,
-                                  master_port=master_port, rdzv_timeout=rdzv_timeout,
-                                  job_id=job_id, module=module, results=results,
-                                  workload_args=trainer_args, python=python,
-                                  store_bind=store_bind)
+def node_command(node: NodeSpec) -> NodeCommand:
+    """One node as a torchrun on this host. Every node is here: the rendezvous listens on
+    loopback only."""
+    argv = contract.torchrun_argv(node, master_addr=LOOPBACK, master_port=node.master_port,
+                                  store_bind=LOOPBACK)
+    return NodeCommand(node.rank, f"node{node.rank}", argv, device_env(node))
 
 
-def commands(topology: Topology, trainer_args: list[str], *, master_port: int, job_id: str,
-             results: Path, rdzv_timeout: int,
-             module: str = "bench.rank.train") -> list[NodeCommand]:
-    # Every node is on this host: the rendezvous listens on loopback only.
-    return [NodeCommand(rank, f"node{rank}", torchrun_argv(
-                topology, rank, master_addr=LOOPBACK, master_port=master_port,
-                rdzv_timeout=rdzv_timeout, job_id=job_id, results=str(results),
-                trainer_args=trainer_args, module=module, store_bind=LOOPBACK))
-            for rank in range(topology.nodes)]
-
-
-def own_gpus(commands: list[NodeCommand], topology, args: list[str],
-             visible: list[str]) -> list[NodeCommand]:
-    """Each node simulated on this host gets its own GPUs (bench.host.gpus), in PCI order as
-    nvidia-smi numbers them; a CPU job is left as it is."""
-    if not gpus.wants_gpus(args, visible):
-        return commands
-    blocks = gpus.assign(topology, visible)
-    return [dataclasses.replace(command, env={**(command.env or {}),
-                                              "CUDA_VISIBLE_DEVICES": blocks[command.rank],
-                                              "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-            for command in commands]
+def device_env(node: NodeSpec) -> dict[str, str] | None:
+    """A node sharing this host's GPUs sees only its own, numbered as nvidia-smi does."""
+    if node.devices is None:
+        return None
+    return {"CUDA_VISIBLE_DEVICES": node.devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 @contextlib.contextmanager
@@ -116,12 +89,17 @@ class NativeLauncher:
     def preflight(self, topologies: list[Topology]) -> None:
         preflight.require(preflight.native())
 
+    def nodes(self, job: JobSpec) -> tuple[NodeSpec, ...]:
+        """The job's nodes, each on its own GPUs of this host where the job runs on GPUs;
+        a CPU job's as they are."""
+        visible = list(self.options.visible_gpus)
+        if gpus.wants_gpus(list(job.workload_args), visible):
+            return on_shared_gpus(job, visible)
+        return job.nodes
+
     def commands(self, job: JobSpec) -> list[NodeCommand]:
-        args = list(job.workload_args)
-        return own_gpus(commands(job.topology, args, master_port=job.master_port,
-                                 job_id=job.job_id, results=job.results,
-                                 rdzv_timeout=job.rdzv_timeout, module=job.module),
-                        job.topology, args, list(self.options.visible_gpus))
+        """What render prints and launch starts (in the job's own temporary directory)."""
+        return [node_command(node) for node in self.nodes(job)]
 
     def render(self, job: JobSpec) -> str:
         return render_commands(self.commands(job))

@@ -22,46 +22,48 @@ import os
 import sys
 from pathlib import Path
 
-from bench.host import netlab
+from bench.host import contract, gpus, netlab
 from bench.host.checks import preflight
+from bench.host.contract import NodeSpec
 from bench.host.launchers import native
-from bench.host.launchers.base import JobSpec
+from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, failed_to_start, run_nodes
 from bench.options import ConfigError, require_range
-from bench.shell import words
 from bench.topology import Topology
 from bench.units import parse_rate
 
 
-def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_port: int,
-             job_id: str, results: Path, rdzv_timeout: int, module: str,
-             neighbours_results: Path | None = None) -> list[NodeCommand]:
+def commands(lab: netlab.Lab, job: JobSpec, neighbours_results: Path) -> list[NodeCommand]:
     """The job's nodes on the lab's first hosts, then a neighbour on each spare host."""
     env = lab.env()
     out = []
-    for node in lab.nodes:
-        job = node.rank < topology.nodes
-        # A neighbour is a one-node job of its own, on its own port. The rendezvous
-        # listens on its master's lab address only.
-        master_addr = lab.master_addr if job else node.address
-        argv = native.torchrun_argv(
-            topology if job else Topology(1, topology.procs_on(0)), node.rank if job else 0,
-            master_addr=master_addr, store_bind=master_addr,
-            master_port=master_port if job else master_port + 1 + node.rank,
-            rdzv_timeout=rdzv_timeout, job_id=job_id if job else f"{job_id}-n{node.rank}",
-            results=str((results if job else neighbours_results or results).resolve()),
-            trainer_args=args, module=module)
+    for host in lab.nodes:
+        in_job = host.rank < job.topology.nodes
+        node = job.nodes[host.rank] if in_job else neighbour(job, host.rank, neighbours_results)
+        # The rendezvous listens on its master's lab address only (a neighbour's own).
+        master_addr = lab.master_addr if in_job else host.address
+        argv = contract.torchrun_argv(node, master_addr=master_addr, store_bind=master_addr,
+                                      master_port=node.master_port,
+                                      results=str(node.results.resolve()))
         # The node's CPUs are shared by its processes; torch would otherwise start a thread
         # per CPU of the machine in each.
-        threads = max(1, len(node.cpus) // topology.procs_on(min(node.rank, topology.nodes - 1)))
-        env_of_node = {**env, "OMP_NUM_THREADS": str(threads)}
-        if job:
-            out.append(NodeCommand(node.rank, f"node{node.rank}", node.wrap(argv), env_of_node))
+        procs = job.topology.procs_on(min(host.rank, job.topology.nodes - 1))
+        env_of_node = {**env, "OMP_NUM_THREADS": str(max(1, len(host.cpus) // procs))}
+        if in_job:
+            out.append(NodeCommand(host.rank, f"node{host.rank}", host.wrap(argv), env_of_node))
         else:
-            out.append(NodeCommand(node.rank, f"neighbour{node.rank}",
-                                   [*RESTART, *node.wrap(argv)], env_of_node, background=True))
+            out.append(NodeCommand(host.rank, f"neighbour{host.rank}",
+                                   [*RESTART, *host.wrap(argv)], env_of_node, background=True))
     return out
+
+
+def neighbour(job: JobSpec, rank: int, results: Path) -> NodeSpec:
+    """The spare host ``rank``'s node: a one-node copy of the job's node 0, a job of its
+    own on its own port, whose record goes to ``results``."""
+    return dataclasses.replace(job.nodes[0], rank=0, nnodes=1,
+                               master_port=job.master_port + 1 + rank,
+                               job_id=f"{job.job_id}-n{rank}", results=results)
 
 
 # A neighbour's command again each time it ends well, for as long as the job runs; its
@@ -69,21 +71,9 @@ def commands(lab: netlab.Lab, topology: Topology, args: list[str], *, master_por
 RESTART = ["sh", "-c", 'while :; do "$@" || exit; done', "neighbour"]
 
 
-def run(topology: Topology, args: list[str], *, rate_bps: int, cpus_per_node: int | None,
-        master_port: int, job_id: str, results: Path, rdzv_timeout: int, module: str,
-        deadline_s: float, log_dir: Path | None, lab_nodes: int | None = None) -> JobOutcome:
-    hosts = max(topology.nodes, lab_nodes or 0)
-    with netlab.terminate_raises(), native.job_temp_dir() as temp_dir, \
-            netlab.Lab(hosts, rate_bps, cpus_per_node=cpus_per_node) as lab:
-        print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
-        nodes = commands(lab, topology, args, master_port=master_port, job_id=job_id,
-                         results=results, rdzv_timeout=rdzv_timeout, module=module,
-                         neighbours_results=(log_dir or results.parent) / "neighbours.jsonl")
-        outcome = run_nodes(native.in_temp_dir(nodes, temp_dir), deadline_s=deadline_s,
-                            log_dir=log_dir)
-    # The job's own nodes; a neighbour that failed is still the culprit (it stopped the job).
-    outcome.nodes = outcome.nodes[:topology.nodes]
-    return outcome
+def neighbours_results(job: JobSpec) -> Path:
+    """Where the neighbours' records go, apart from the job's."""
+    return job.log_dir / "neighbours.jsonl"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,32 +108,38 @@ class NetnsLauncher:
     def preflight(self, topologies: list[Topology]) -> None:
         preflight.require(preflight.netns())  # no root or no iproute2: before any job
 
-    def render(self, job: JobSpec) -> str:
+    def lab(self, job: JobSpec) -> netlab.Lab:
+        """The job's emulated hosts (built on entering): the matrix's most nodes of any
+        cell, so that every node computes beside the same number of busy hosts."""
         options = self.options
-        argv = native.torchrun_argv(
-            job.topology, "<node rank>", master_addr="<node 0's lab address>",
-            store_bind="<node 0's lab address>", master_port=job.master_port,
-            rdzv_timeout=job.rdzv_timeout, job_id=job.job_id,
-            results=str(job.results), trainer_args=list(job.workload_args),
-            module=job.module, nproc="<its processes>")
+        return netlab.Lab(max(job.topology.nodes, options.lab_nodes), options.link_bps,
+                          cpus_per_node=options.cpus_per_node)
+
+    def render(self, job: JobSpec) -> str:
+        """The lab, then the line of every host in it (its namespace's name is the lab's
+        own, new for each job)."""
+        options = self.options
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
-                "links (tc tbf); nodes beyond the job's run an independent copy as neighbours "
-                f"(see bench/netlab.py)\n# in each of the job's {job.topology.nodes} "
-                f"namespace(s):\n{words(argv)}")
+                "links (tc tbf);\n# nodes beyond the job's run an independent copy as "
+                "neighbours, started again each time it ends (see bench/netlab.py)\n"
+                + render_commands(commands(self.lab(job), job, neighbours_results(job))))
 
     def launch(self, job: JobSpec) -> JobOutcome:
-        from bench.host import gpus
         options = self.options
         try:
             if gpus.wants_gpus(list(job.workload_args), list(options.visible_gpus)):
                 # nodes in namespaces share this host
                 raise netlab.LabError("the netns launcher emulates CPU hosts: pass "
                                       "--device cpu after --")
-            return run(job.topology, list(job.workload_args), rate_bps=options.link_bps,
-                       cpus_per_node=options.cpus_per_node, master_port=job.master_port,
-                       job_id=job.job_id, results=job.results, rdzv_timeout=job.rdzv_timeout,
-                       module=job.module, deadline_s=job.deadline_s, log_dir=job.log_dir,
-                       lab_nodes=options.lab_nodes)
+            with netlab.terminate_raises(), native.job_temp_dir() as temp_dir, \
+                    self.lab(job) as lab:
+                print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
+                nodes = commands(lab, job, neighbours_results(job))
+                outcome = run_nodes(native.in_temp_dir(nodes, temp_dir),
+                                    deadline_s=job.deadline_s, log_dir=job.log_dir)
         except netlab.LabError as error:  # this job's lab failed: a row, not a crash
             return failed_to_start("netlab", str(error))
+        # The job's own nodes; a neighbour that failed is still the culprit (it stopped it).
+        outcome.nodes = outcome.nodes[:job.topology.nodes]
+        return outcome

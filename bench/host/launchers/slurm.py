@@ -3,7 +3,8 @@
 The batch script is the whole job, readable and submittable by hand (``bench slurm
 script``). Inside it the first node of the allocation leads the rendezvous (MASTER_ADDR is
 its NodeAddr), the port follows the Slurm job id (two jobs sharing a node never collide),
-and each task's node rank is SLURM_NODEID. Runtimes:
+and each task runs the command of its node (SLURM_NODEID), rendered for every node in the
+script. Runtimes:
 
 - ``native``: the checkout and its venv on shared storage, the same path on every node;
 - ``compose``: the stack's own image, started by Compose on each node;
@@ -24,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+from bench.host import contract
 from bench.host.checks import preflight
-from bench.host.launchers import compose, flags, native
+from bench.host.contract import NodeSpec
+from bench.host.launchers import compose, flags
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
@@ -46,21 +49,25 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # A log directory in --output=: no blank (sbatch splits the line at blanks), no quote or
 # backslash (sbatch reads them), no '%' (Slurm's file name patterns, %j and the like).
 _SBATCH_PATH = re.compile(r"/[^\x00-\x20\x7f-\x9f%\\\"']*")
-# Values known only on each node: the task fills them into its argv's words.
-PLACEHOLDERS = ("@NODE_RANK@", "@node_rank@", "@NPROC@", "@MASTER_ADDR@", "@MASTER_PORT@")
-# Each node's task, fixed text with no value in it: "$1" is each node's process count (by
-# SLURM_NODEID; uneven nodes: 1 1 2), "$2" how many of the words after it are the node's
-# command; the rest (if any) is the clean-up, run after it whatever its exit. In every word
-# the placeholders become this node's values, by bash's own substitution: a value is never
-# parsed as shell. The last line says the node's exit code (``_EXIT_LINE``).
+# Each node's task, fixed text with no value in it. Its arguments are every node's command,
+# already rendered from the node's spec (``task_argv``): for node rank 0, 1, ... in turn,
+# a count and that many words of the command, then a count and the words of its clean-up
+# (none for native), run after it whatever its exit. The task runs the pair of its own node
+# (SLURM_NODEID), word for word: a value is never parsed as shell. What only the node
+# knows, the rendezvous's address and port (the script's MASTER_ADDR and MASTER_PORT), it
+# reads from its environment: torchrun as PET_MASTER_ADDR and PET_MASTER_PORT (where its
+# flags are absent), Compose as MASTER_ADDR and MASTER_PORT. The last line says the node's
+# exit code (``_EXIT_LINE``).
 TASK = "; ".join([
-    'node=$SLURM_NODEID', 'read -r -a procs <<< "$1"', 'nproc=${procs[$node]}', 'main=$2',
-    'shift 2', 'argv=()', 'rest=()',
-    'for word in "$@"; do word=${word//"@NODE_RANK@"/"$node"}',
-    'word=${word//"@node_rank@"/"$node"}', 'word=${word//"@NPROC@"/"$nproc"}',
-    'word=${word//"@MASTER_ADDR@"/"$MASTER_ADDR"}',
-    'word=${word//"@MASTER_PORT@"/"$MASTER_PORT"}',
-    'if (( ${#argv[@]} < main )); then argv+=("$word"); else rest+=("$word"); fi; done',
+    'node=$SLURM_NODEID',
+    'if [[ ! $node =~ ^[0-9]+$ ]]; then echo "[bench-slurm] SLURM_NODEID=$node" >&2; exit 2; fi',
+    'group=0', 'argv=()', 'rest=()',
+    'while (( $# )); do n=$1', 'shift',
+    'if (( group == 2 * node )); then argv=("${@:1:n}")',
+    'elif (( group == 2 * node + 1 )); then rest=("${@:1:n}"); fi',
+    'shift "$n"', 'group=$(( group + 1 )); done',
+    'if (( ! ${#argv[@]} )); then echo "[bench-slurm] no command for node $node" >&2; exit 2; fi',
+    'export PET_MASTER_ADDR="$MASTER_ADDR" PET_MASTER_PORT="$MASTER_PORT"',
     '"${argv[@]}"', 'rc=$?',
     'if (( ${#rest[@]} )); then "${rest[@]}" >/dev/null 2>&1; fi',
     'echo "[bench-slurm] node $node ($SLURMD_NODENAME) exited $rc"', 'exit $rc'])
@@ -177,41 +184,31 @@ def script(options: SlurmOptions, job: JobSpec) -> str:
 
 
 def task_argv(options: SlurmOptions, job: JobSpec, directory: str) -> list[str]:
-    """What srun runs on each node: ``bash -c TASK`` with the node's process counts, its
-    command (placeholders for what only the node knows) and, for Compose, the clean-up."""
+    """What srun runs on each node: ``bash -c TASK`` with every node's command and clean-up
+    (``node_commands``), each word one argument; each node runs its own."""
+    groups = []
+    for node in job.nodes:
+        for argv in node_commands(options, node, directory):
+            groups += [str(len(argv)), *argv]
+    return ["bash", "-c", TASK, "bench-task", *groups]
+
+
+def node_commands(options: SlurmOptions, node: NodeSpec,
+                  directory: str) -> tuple[list[str], list[str]]:
+    """The node's command, and its clean-up (none for native), on its Slurm node; the
+    rendezvous's address and port come from the task's environment."""
     if options.runtime == "compose":
         assert options.image is not None  # checked in SlurmOptions
-        node = compose.remote_node(
-            job, profile=options.profile, image=options.image,
+        stack = compose.remote_stack(
+            profile=options.profile, image=options.image,
             env_file=str(options.env_file or Path(directory) / "compose" / ".env"),
-            results_root=options.results_root, node_rank="@NODE_RANK@", nproc="@NPROC@",
-            master_addr="@MASTER_ADDR@", master_port="@MASTER_PORT@")
-        env = ["env", *(assignment(k, v) for k, v in sorted(node.env.items()))]
-        main, cleanup = [*env, *node.up], [*env, *node.down]
-    else:
-        python = "python3" if options.runtime == "pyxis" else f"{directory}/.venv/bin/python"
-        main = native.torchrun_argv(job.topology, "@NODE_RANK@", master_addr="@MASTER_ADDR@",
-                                    master_port="@MASTER_PORT@", rdzv_timeout=job.rdzv_timeout,
-                                    job_id=job.job_id, results=str(job.results.resolve()),
-                                    trainer_args=list(job.workload_args), python=python,
-                                    module=job.module, nproc="@NPROC@")
-        cleanup = []
-    _refuse_placeholders(options, job, directory)
-    counts = words(job.topology.counts)  # digits only: "1 1 2", read back as an array
-    return ["bash", "-c", TASK, "bench-task", counts, str(len(main)), *main, *cleanup]
-
-
-def _refuse_placeholders(options: SlurmOptions, job: JobSpec, directory: str) -> None:
-    """A value of the user's that holds a placeholder would be filled in on the node:
-    refused, naming it."""
-    given = [("trainer flags", arg) for arg in job.workload_args] + [
-        ("--results", str(job.results.resolve())), ("--remote-dir", directory),
-        ("--env-file", str(options.env_file or "")), ("--image", options.image or "")]
-    for setting, value in given:
-        held = [p for p in PLACEHOLDERS if p in value]
-        if held:
-            raise ConfigError(setting, value[:120], f"holds {held[0]}, which the Slurm task "
-                              "fills in on each node: leave it out")
+            results_root=options.results_root)
+        project = compose.compose_node(node, stack, master_addr=None, master_port=None)
+        env = ["env", *(assignment(k, v) for k, v in sorted(project.env.items()))]
+        return [*env, *project.up], [*env, *project.down]
+    python = "python3" if options.runtime == "pyxis" else f"{directory}/.venv/bin/python"
+    return contract.torchrun_argv(node, master_addr=None, master_port=None,
+                                  results=str(node.results.resolve()), python=python), []
 
 
 def parse_job_state(text: str) -> dict[str, str]:

@@ -16,9 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.host import contract
 from bench.host.checks import preflight
 from bench.host.checks.remote import Remote
-from bench.host.launchers import compose, flags, native
+from bench.host.contract import NodeSpec
+from bench.host.launchers import compose, flags
 from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
@@ -135,40 +137,40 @@ class SshLauncher:
         preflight.require(preflight.ssh(remote, self.options.hosts, topologies))
 
     def commands(self, job: JobSpec) -> tuple[list[NodeCommand], list[list[str]]]:
-        """Each host's start line and the line that stops what it started."""
-        hosts = self.options.hosts[:job.topology.nodes]
+        """Each host's start line and the line that stops what it started: what render
+        prints and launch runs."""
         env = forwarded_env()
         commands, cleanups = [], []
-        for rank, host in enumerate(hosts):
-            if self.options.runtime == "native":
-                argv = native.torchrun_argv(
-                    job.topology, rank, master_addr=self.master, master_port=job.master_port,
-                    rdzv_timeout=job.rdzv_timeout, job_id=job.job_id, results=str(job.results),
-                    trainer_args=list(job.workload_args),
-                    python=f"{self.directory}/.venv/bin/python", module=job.module)
-                line = remote_shell(self.directory, env, argv)
-                # The job's processes, by the job id in their command line.
-                stop = words(["pkill", "-TERM", "-f", "--", f"--rdzv-id {job.job_id}"])
-            else:
-                node = self.compose_node(job, rank, env)
-                line = remote_shell(self.directory, node.env, node.up)
-                stop = command_line(["env", *(assignment(k, v) for k, v
-                                              in sorted(node.env.items())), *node.down],
-                                    cwd=self.directory)
-            commands.append(NodeCommand(rank, host, ssh_argv(self.ssh, host, line)))
+        # Node i on the i-th host; hosts beyond the job's nodes stay idle.
+        for node, host in zip(job.nodes, self.options.hosts, strict=False):
+            line, stop = self.remote_lines(node, env)
+            commands.append(NodeCommand(node.rank, host, ssh_argv(self.ssh, host, line)))
             cleanups.append(ssh_argv(self.ssh, host, stop))
         return commands, cleanups
 
-    def compose_node(self, job: JobSpec, rank: int, env: dict[str, str]) -> compose.RemoteNode:
-        """Node ``rank`` as a Compose project on its host (``--runtime compose``)."""
+    def remote_lines(self, node: NodeSpec, env: dict[str, str]) -> tuple[str, str]:
+        """The shell lines that start the node on its host and stop it there."""
+        if self.options.runtime == "native":
+            argv = contract.torchrun_argv(node, master_addr=self.master,
+                                          master_port=node.master_port,
+                                          python=f"{self.directory}/.venv/bin/python")
+            # The job's processes, by the job id in their command line.
+            return (remote_shell(self.directory, env, argv),
+                    words(["pkill", "-TERM", "-f", "--", f"--rdzv-id {node.job_id}"]))
+        project = self.compose_node(node, env)
+        stop = command_line(["env", *(assignment(k, v) for k, v in sorted(project.env.items())),
+                             *project.down], cwd=self.directory)
+        return remote_shell(self.directory, project.env, project.up), stop
+
+    def compose_node(self, node: NodeSpec, env: dict[str, str]) -> compose.ComposeNode:
+        """The node as a Compose project on its host (``--runtime compose``)."""
         options = self.options
         assert options.image is not None  # checked where the options were parsed
         env_file = options.env_file or Path(self.directory) / "compose" / ".env"
-        return compose.remote_node(job, profile=options.profile, image=options.image,
-                                   env_file=str(env_file), results_root=options.results_root,
-                                   node_rank=rank, nproc=job.topology.procs_on(rank),
-                                   master_addr=self.master, master_port=job.master_port,
-                                   extra_env=env)
+        stack = compose.remote_stack(profile=options.profile, image=options.image,
+                                     env_file=str(env_file), results_root=options.results_root)
+        return compose.compose_node(node, stack, master_addr=self.master,
+                                    master_port=node.master_port, extra_env=env)
 
     def render(self, job: JobSpec) -> str:
         commands, cleanups = self.commands(job)

@@ -22,12 +22,11 @@ from bench.host.launchers.k8s.options import (
 
 
 def _contract_env(options: K8sOptions, job: JobSpec, name: str) -> dict[str, str]:
-    """The node contract of every pod, less what Kubernetes fills in per pod."""
-    env = contract.node_env(
-        nnodes=job.topology.nodes, node_rank=0, nproc_per_node=job.topology.procs,
-        master_addr=master_addr(name), master_port=job.master_port,
-        rdzv_timeout=job.rdzv_timeout, job_id=job.job_id, module=job.module,
-        workload_args=list(job.workload_args), results_dir="", results_name="")
+    """The node contract of every pod, less what Kubernetes fills in per pod: node 0's
+    spec stands for each (a job's pods are alike: ``check_topologies`` refuses uneven
+    nodes), its rank left to the pod."""
+    env = contract.node_env(job.nodes[0], master_addr=master_addr(name),
+                            master_port=job.master_port, results_dir="", results_name="")
     # The pod's index is its node rank: the entrypoint reads JOB_COMPLETION_INDEX.
     del env["NODE_RANK"]
     # No host directory: the claim (or hostPath) is mounted at /results; one file per job.
