@@ -27,7 +27,7 @@ from bench.host.launchers.base import JobSpec, render_commands
 from bench.host.launchers.nodes import JobOutcome, NodeCommand
 from bench.shell import words
 from bench.topology import Topology, host_address
-from conftest import REPO
+from conftest import EXAMPLE_ENV, REPO
 
 JOB_ID = "20260101T000000Z-abcd1234-c1r1"
 # Workload flags: blanks, quotes, shell syntax, newlines, what once was a Slurm placeholder.
@@ -114,6 +114,7 @@ def test_netns_launches_what_it_renders(tmp_path, monkeypatch):
 def test_compose_launches_what_it_renders(tmp_path, monkeypatch):
     """The same projects; only a launch reads the image's id (here stubbed to what a dry
     run shows) and finds this host's Compose."""
+    (tmp_path / "node.env").write_text("")   # the options check that the settings exist
     options = compose.ComposeOptions(image="bench-trainer:cpu", env_file=tmp_path / "node.env",
                                      profile="gpu", visible_gpus=("0", "1", "2", "3"))
     captured = Captured()
@@ -262,7 +263,7 @@ def test_netns_lines_parse_back_to_each_nodes_spec(topology, args):
 @example(topology=UNEVEN, args=("--steps", "1"), on_gpus=True)
 def test_compose_lines_parse_back_to_each_nodes_spec(topology, args, on_gpus):
     visible = tuple(str(i) for i in range(topology.devices))
-    options = compose.ComposeOptions(image="bench-trainer:cpu", env_file=Path("node.env"),
+    options = compose.ComposeOptions(image="bench-trainer:cpu", env_file=EXAMPLE_ENV,
                                      profile="gpu" if on_gpus else "cpu", visible_gpus=visible)
     launcher = compose.ComposeLauncher(options)
     job = job_spec(TMP, topology, args)
@@ -275,7 +276,7 @@ def test_compose_lines_parse_back_to_each_nodes_spec(topology, args, on_gpus):
         env, i = read_env(parsed, i + 3)
         check_contract_env(env, node.__class__(**{**_fields(node), "devices": block}))
         assert "MASTER_ADDR" not in env and env["MASTER_PORT"] == "29500"  # the settings'
-        up = ["docker", "compose", "-f", str(compose.COMPOSE_FILE), "--env-file", "node.env",
+        up = ["docker", "compose", "-f", str(compose.COMPOSE_FILE), "--env-file", str(EXAMPLE_ENV),
               "--profile", options.profile, "-p", f"bench-{JOB_ID}-node{node.rank}".lower(),
               "up", "--no-log-prefix", "--exit-code-from", service, service]
         assert parsed[i:i + len(up)] == up

@@ -61,8 +61,7 @@ from bench.host.checks import (
 )
 from bench.host.checks.flavours import flavours
 from bench.host.checks.remote import Hosts, Remote
-from bench.host.launchers import k8s
-from bench.host.launchers.slurm import SlurmOptions
+from bench.host.launchers import k8s, registry
 from bench.host.launchers.ssh import ssh_argv, ssh_base
 from bench.host.settings import read_env_file
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
@@ -203,8 +202,10 @@ def _slurm_main(args: argparse.Namespace, prog: str) -> int:
                               "nodes: leave --hosts out")
         # The same checks as the launcher's: a partition name or directory no job could use
         # is refused before any command runs.
-        SlurmOptions(partition=args.partition, runtime=args.runtime, remote_dir=args.remote_dir,
-                     image=args.image if args.runtime == "compose" else None)
+        registry.options_from("slurm", {
+            "--partition": args.partition, "--runtime": args.runtime,
+            "--remote-dir": args.remote_dir,
+            "--image": args.image if args.runtime == "compose" else None}, environ={})
         if args.runtime == "compose":
             check_image(args.image, "--image")
         if not 0 < args.timeout <= MAX_CHECK_TIMEOUT_S:
@@ -213,8 +214,8 @@ def _slurm_main(args: argparse.Namespace, prog: str) -> int:
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    return _report(slurm.check(args.partition, args.runtime, args.image,
-                                      args.remote_dir, timeout=args.timeout), prog)
+    return _report(slurm.check(args.partition, args.runtime, args.image, args.remote_dir,
+                               timeout=args.timeout), prog)
 
 
 def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
@@ -226,11 +227,13 @@ def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
             raise ConfigError("--timeout", shown(args.timeout), "must be a number of seconds "
                               f"in (0, {MAX_CHECK_TIMEOUT_S}]")
         # The launcher's own options section: a setting no job could use is refused here.
-        options = k8s.K8sOptions(image=args.image, env_file=env_file,
-                                 profile=args.profile, kind=args.k8s_kind,
-                                 namespace=args.namespace, context=args.kube_context,
-                                 results_claim=args.results_claim,
-                                 results_host_path=args.results_host_path)
+        # Built from the launcher table, as the matrix builds it (doctor's flags only; the
+        # environment's launcher settings are the matrix's).
+        options = registry.options_from("k8s", {
+            "--image": args.image, "--env-file": env_file, "--profile": args.profile,
+            "--k8s-kind": args.k8s_kind, "--namespace": args.namespace,
+            "--kube-context": args.kube_context, "--results-claim": args.results_claim,
+            "--results-host-path": args.results_host_path}, environ={})
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -239,7 +242,7 @@ def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
               "(https://kubernetes.io/docs/tasks/tools/)", file=sys.stderr)
         return 2
     return _report(k8s.cluster_checks(options, timeout=min(args.timeout, 120.0),
-                                 pull_probe=args.pull_probe), prog)
+                                      pull_probe=args.pull_probe), prog)
 
 
 def _report(rows: list[Row], prog: str) -> int:
