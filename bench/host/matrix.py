@@ -31,6 +31,7 @@ from pathlib import Path
 
 from bench import record
 from bench.allreduce_config import AllreduceConfig
+from bench.analysis import report
 from bench.catalog import MODEL_NAMES
 from bench.config import (
     BACKENDS,
@@ -57,7 +58,7 @@ from bench.options import (
     on_head,
     require_range,
 )
-from bench.paths import check_results_beside_reports
+from bench.paths import check_output, check_results_beside_reports
 from bench.topology import (
     Topology,
     parse_choices,
@@ -582,17 +583,12 @@ def _check_report_paths(results: Path) -> None:
     """Before anything runs: the report's pages beside ``results`` can be written (not a
     link, not a file bench did not make), so a user's file there is named now, not after
     the measurement."""
-    from bench.analysis import report
-    from bench.paths import check_output
-
     for page in report.pages(results):
         check_output(page, "--results", (results,), report.FIX)
 
 
 def _report(results: Path) -> None:
     """The page beside the results; a report that cannot be made costs no measurement."""
-    from bench.analysis import report
-
     try:
         md, page = report.write(results)
     except (ConfigError, OSError, ValueError) as error:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None, prog: str = "bench slurm") -> int:
                               "slurm")
         launcher = build("slurm", cfg.launcher_options)
         (cell,) = cfg.cells
-        # Rendering checks what goes into the script (#SBATCH lines, per-node placeholders).
+        # Rendering checks what goes into the script (#SBATCH lines, each node's rendered command).
         text = launcher.render(matrix.job_spec(cfg, cell, record.new_run_id(), 1))
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -16,13 +16,18 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.host import contract
+from bench import record
+from bench.config import MAX_TIMEOUT_S, OneLineErrorParser, TrainConfig
+from bench.host import contract, gpus
 from bench.host.checks import preflight
 from bench.host.contract import NodeSpec
+from bench.host.failures import describe_failure, failure_record
 from bench.host.launchers.base import JobSpec, on_shared_gpus, render_commands
 from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
-from bench.options import ConfigError, check_image
+from bench.host.settings import NodeSettings, check_data_volume, load
+from bench.options import ConfigError, check_image, finite_float, on_head, require_range
+from bench.paths import check_writable_file
 from bench.topology import Topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -223,14 +228,6 @@ class ComposeLauncher:
 
 
 def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
-    from bench import record
-    from bench.config import MAX_TIMEOUT_S, OneLineErrorParser, TrainConfig
-    from bench.host import gpus
-    from bench.host.failures import describe_failure, failure_record
-    from bench.host.settings import NodeSettings, check_data_volume, load
-    from bench.options import ConfigError, check_image, finite_float, on_head, require_range
-    from bench.paths import check_writable_file
-    from bench.topology import Topology
 
     argv = sys.argv[1:] if argv is None else argv
     trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
