@@ -10,7 +10,7 @@ VERBS = {
     "matrix": ("bench.host.matrix", "run the batch-size x topology matrix, a fresh job per repeat"),
     "allreduce": ("bench.rank.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun)"),
     "doctor": ("bench.host.doctor", "preflight checks of the hosts of a multi-node job"),
-    "compose": ("bench.host.launchers.compose", "run one job through Compose, a project per node"),
+    "compose": ("bench.host.compose_command", "run one job through Compose, a project per node"),
     "slurm": ("bench.host.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
     "k8s": ("bench.host.k8s_render", "one job's Kubernetes manifests (bench k8s render ...)"),
     "table": ("bench.analysis.table", "result tables in the layout of a lab's scaling table"),
