@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench import record
 from bench.host import matrix
+from bench.host.launchers.k8s import K8sOptions
 from bench.host.launchers.registry import build
 from bench.options import ConfigError
 
@@ -82,8 +83,10 @@ def main(argv: list[str] | None = None, prog: str = "bench k8s") -> int:
                               "repeat(s)", "the manifests are one job: give one topology, "
                               "batch size and model, or run them all with bench matrix "
                               "--launcher k8s")
-        launcher = build("k8s", cfg.launcher_options)
-        server = cfg.launcher_options.settings.nfs_server
+        options = cfg.launcher_options
+        assert isinstance(options, K8sOptions)  # the table's options class for "k8s"
+        launcher = build("k8s", options)
+        server = options.settings.nfs_server
         if server in ("localhost", "::1") or (server or "").startswith("127."):
             # The kubelet mounts from the node itself: each node would mount its own loopback.
             print(f"{prog}: warning: DATA_MOUNT_OPTIONS addr={server}: every node would mount "

@@ -461,7 +461,8 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                 continue
             jobs.append((index, cell, repeat, train_cfg))
     jobs = in_order(cfg, jobs)
-    failures, durations, unwritten = [], [], 0
+    failures, unwritten = [], 0
+    durations: list[float] = []
     for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
         eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
             else "unknown"

@@ -84,6 +84,7 @@ class Stack:
 def local_stack(options: ComposeOptions, job: JobSpec, program: list[str],
                 identity: tuple[str, str]) -> Stack:
     """The stack on this host: Compose is ``program``, the record's directory is mounted."""
+    assert options.env_file is not None  # ComposeOptions refuses a missing settings file
     return Stack(up=tuple(program), down=tuple(program), compose_file=str(COMPOSE_FILE),
                  env_file=str(options.env_file), env_file_var=str(options.env_file.resolve()),
                  profile=options.profile, image=options.image,
