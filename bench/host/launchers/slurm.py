@@ -81,7 +81,7 @@ class SlurmOptions:
     env_file: Path | None = None         # compose: the node settings
     profile: str = "cpu"                 # compose: the trainer service
     results_root: Path = Path("results")
-    poll_s: float = 1.0
+    poll_s: float = 0.25   # a look is one scontrol (ms); a row waits half a look on average
 
     def __post_init__(self) -> None:
         for name in ("partition", "account"):
