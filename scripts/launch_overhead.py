@@ -137,16 +137,16 @@ def summarise(runs: list[dict[str, float]], floor: bool) -> dict[str, float | No
         return statistics.median(values) if values else None
     out: dict[str, float | None] = {}
     if floor:
-        out["whole"] = median([m["recorded"] - m["launched"] for m in runs])
+        whole = statistics.median([m["recorded"] - m["launched"] for m in runs])
         out["measurement"] = 0.0
     else:
-        out["whole"] = median([(m["first_step_done"] - m["launched"])
-                               + (m["recorded"] - m["last_step_done"]) for m in runs])
+        whole = statistics.median([(m["first_step_done"] - m["launched"])
+                                   + (m["recorded"] - m["last_step_done"]) for m in runs])
         phase_runs = [durations(m) for m in runs]
         measured = [sum(d[p] for p in MEASUREMENT) for d in phase_runs
                     if all(p in d for p in MEASUREMENT)]
         out["measurement"] = median(measured) if len(measured) == len(runs) else None
-    out["overhead"] = out["whole"] - (out["measurement"] or 0.0)
+    out["whole"], out["overhead"] = whole, whole - (out["measurement"] or 0.0)
     for name, *_ in PHASES:
         out[name] = median([d[name] for d in map(durations, runs) if name in d])
     if floor:  # the floor has no model, no steps, no record: its teardown is what it pays

@@ -89,3 +89,38 @@ def test_torchvisions_version_is_read_without_importing_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def _launch_overhead():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "launch_overhead.py"
+    spec = importlib.util.spec_from_file_location("launch_overhead", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_overhead_is_startup_and_teardown_less_the_warm_up_and_the_probes():
+    """A cell launched at 0 whose rank marks every phase: its whole is startup + teardown,
+    the warm-up step and the probes are measurement, the overhead the rest; a run whose
+    rank printed no marks keeps its whole as overhead and says nothing of the phases."""
+    lo = _launch_overhead()
+    marks = {"launched": 0.0, "agent_start": 0.5, "process_start": 2.5, "imported": 4.5,
+             "group_joined": 4.75, "model_built": 5.5, "first_step_done": 6.0,
+             "last_step_done": 16.0, "comm_probe_done": 17.0, "record_written": 17.25,
+             "group_left": 17.5, "recorded": 18.0}
+    summary = lo.summarise([marks], floor=False)
+    assert summary["whole"] == 6.0 + 2.0
+    assert summary["measurement"] == 0.5 + 1.0
+    assert summary["overhead"] == 8.0 - 1.5
+    assert summary["rank imports"] == 2.0 and summary["rank+agent exit, stop"] == 0.5
+    bare = {k: marks[k] for k in ("launched", "first_step_done", "last_step_done", "recorded")}
+    summary = lo.summarise([bare], floor=False)
+    assert summary["overhead"] == summary["whole"] == 8.0
+    assert summary["measurement"] is None and summary["rank imports"] is None
+    floor = {"launched": 0.0, "agent_start": 0.5, "process_start": 2.5, "imported": 4.5,
+             "group_joined": 4.75, "group_left": 5.0, "recorded": 6.0}
+    summary = lo.summarise([floor], floor=True)
+    assert summary["overhead"] == 6.0 and summary["rank+agent exit, stop"] == 1.0
