@@ -168,11 +168,12 @@ def run_matrix(launcher: str, a: argparse.Namespace, tmp: Path, env: dict[str, s
            "--repeats", str(a.repeats), "--results", str(results), *extra[launcher],
            "--", "--steps", "5", "--warmup-steps", "1", "--log-every", "0", *device]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if out.returncode != 0:   # the other launchers' figures still stand
+    if out.returncode != 0:   # the other launchers' figures, and this one's good rows, stand
         print(f"launch_overhead: the {launcher} matrix failed:\n{out.stderr[-2000:]}",
               file=sys.stderr)
-        return []
-    return [cell_marks(json.loads(line)) for line in results.read_text().splitlines()]
+    rows = [json.loads(line) for line in results.read_text().splitlines()] \
+        if results.exists() else []
+    return [cell_marks(row) for row in rows if row["status"] == "ok"]
 
 
 def cell(value: float | None) -> str:
