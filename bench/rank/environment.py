@@ -30,9 +30,12 @@ def rank_info(ctx: DistContext) -> dict:
 
 def torchvision_version() -> str:
     """torchvision's ``__version__``, read from its version.py without importing it: the
-    import costs a rank about a second before its first step (torchvision.ops imports
-    torch._dynamo), and a model that needs torchvision imports it when it is built. The
-    installed distribution's metadata would not do: it drops the local label (+cu130)."""
+    import costs a rank about a second before its first step, most of it torch._dynamo
+    (torchvision.ops imports it). DDP's constructor imports torch._dynamo too, so a
+    multi-process job keeps that part (now where its model is wrapped); a one-process job
+    trains bare and first meets it in the traffic probe, after its timed steps. A model
+    that needs torchvision imports it when it is built. The installed distribution's
+    metadata would not do: it drops the local label (+cu130)."""
     spec = importlib.util.find_spec("torchvision")
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
