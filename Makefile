@@ -487,7 +487,7 @@ bench-overhead: venv ## trainer vs a plain loop on CPU: 1 process (bare, no DDP)
 	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS" --nproc 1
 	$(PY) scripts/overhead.py --against plain --repeats "$$MK_REPEATS" --nproc 2
 
-bench-launch-overhead: venv build-cpu ## per-cell launch overhead: native, Compose (goal < 10 s), Slurm (test cluster)
+bench-launch-overhead: venv build-cpu ## per-cell overhead against the torchrun floor, with its breakdown: native (goal: floor + 1 s), Compose, Slurm (test cluster; floor + 2 s)
 	$(PY) scripts/launch_overhead.py --repeats "$$MK_REPEATS" --image "$$MK_CPU_IMAGE"
 
 bench-container-overhead: venv build-cpu ## the trainer natively vs in the CPU container (goal >= 0.98)

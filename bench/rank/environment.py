@@ -3,10 +3,12 @@ torch, CUDA, cuDNN, NCCL and driver versions. The torch-free parts (git, CPU, li
 block's shape) are ``bench.provenance``'s."""
 from __future__ import annotations
 
+import ast
+import importlib.util
 import socket
+from pathlib import Path
 
 import torch
-import torchvision
 
 from bench.provenance import _run, cpu_model, environment, no_rank
 from bench.rank.distributed import DistContext, all_gather_objects
@@ -24,6 +26,31 @@ def rank_info(ctx: DistContext) -> dict:
     """What each rank reports about itself; gathered from all ranks into the record."""
     return {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
             "hostname": socket.gethostname(), "device": device_name(ctx.device)}
+
+
+def torchvision_version() -> str:
+    """torchvision's ``__version__``, read from its version.py without importing it: the
+    import costs a rank about a second before its first step, most of it torch._dynamo
+    (torchvision.ops imports it). DDP's constructor imports torch._dynamo too, so a
+    multi-process job keeps that part (now where its model is wrapped); a one-process job
+    trains bare and first meets it in the traffic probe, after its timed steps. A model
+    that needs torchvision imports it when it is built. The installed distribution's
+    metadata would not do: it drops the local label (+cu130)."""
+    spec = importlib.util.find_spec("torchvision")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        try:
+            tree = ast.parse((Path(location) / "version.py").read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                    any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+                return str(node.value.value)
+    # Laid out otherwise (or absent, which the import reports as before): ask the module.
+    import torchvision  # here only: the slow import is the last resort
+
+    return torchvision.__version__
 
 
 def _cuda_versions() -> dict:
@@ -51,7 +78,7 @@ def collect(ctx: DistContext | None, *, gather: bool = True) -> dict:
         ranks = no_rank()
     else:
         ranks = all_gather_objects(ctx, rank_info(ctx)) if gather else [rank_info(ctx)]
-    versions = {"torch": torch.__version__, "torchvision": torchvision.__version__,
+    versions = {"torch": torch.__version__, "torchvision": torchvision_version(),
                 **_cuda_versions(), "torch_threads": torch.get_num_threads()}
     return environment(ranks, versions, ctx.local_world_size if ctx else None,
                        ctx.world_size if ctx else None)

@@ -19,7 +19,7 @@ import torch
 from bench import record
 from bench.config import DistributedConfig
 from bench.options import ConfigError
-from bench.rank import distributed, environment
+from bench.rank import distributed, environment, exiting, phases
 
 
 class ExpectedFailure(RuntimeError):
@@ -68,19 +68,21 @@ Measure = Callable[[distributed.DistContext, dict], None]
 
 
 def exit_process(code: int) -> NoReturn:
-    """End a rank's process with ``code``. After a failure the record and the FAILED line
-    are already out, but a peer may still be inside a collective with this rank: the
-    process group's destructor at interpreter exit would wait for that peer (gloo: up to
-    its 300 s timeout), and torchrun, which stops the other ranks only once one has exited,
-    would wait with it. So a failed rank leaves at once, without running destructors."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):   # the reader gone: nothing left to say to it
-            pass
-    if code != 0:
-        os._exit(code)
-    sys.exit(code)
+    """End a rank's process with ``code``, without the interpreter's own teardown.
+
+    After a failure the record and the FAILED line are already out, but a peer may still be
+    inside a collective with this rank: the process group's destructor at interpreter exit
+    would wait for that peer (gloo: up to its 300 s timeout), and torchrun, which stops the
+    other ranks only once one has exited, would wait with it. So a failed rank leaves at
+    once, without running destructors or exit handlers.
+
+    A rank that succeeded has written its record and left its group: it leaves through
+    ``exiting.leave``, without the half second of unwinding torch that torchrun would wait
+    out before the job is over."""
+    if code == 0:
+        exiting.leave(0)
+    exiting.flush_streams()
+    os._exit(code)
 
 
 def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callable) -> int:
@@ -102,11 +104,14 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
     ctx = None
     try:
         ctx = distributed.init(dist_cfg)
+        phases.mark("group_joined")
         rec["env"] = environment.collect(ctx)
+        phases.mark("env_collected")
         rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
                    nproc_per_node=ctx.local_world_size,
                    procs_per_node=procs_per_node(rec["env"]["ranks"]))
         measure(ctx, rec)
+        phases.mark("measured")
         rec["status"] = "ok"
     except KeyboardInterrupt:
         rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
@@ -137,6 +142,7 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
                       else "; stdout is closed, so it was not printed")
         elif lost:
             where += "; it was printed after the marker above"
+        phases.mark("record_written")
     # After a failure with peers, the group is not torn down: a peer may be inside a
     # collective with this rank, and the group's destructor joins the thread that waits for
     # that peer (gloo: until its 300 s timeout) before this rank could say it failed or
@@ -146,6 +152,7 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
             distributed.shutdown(synchronized=rec["status"] == "ok")
         except Exception:  # noqa: BLE001 - teardown after a failure must not hide the record
             pass
+        phases.mark("group_left")
     if rec["status"] == "ok" and not lost:
         if leader:
             say(f"[bench] ok: {ok_text(rec)}; {where}")

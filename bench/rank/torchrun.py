@@ -22,6 +22,8 @@ from torch.distributed import TCPStore
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
+from bench.rank import exiting
+
 
 def listening_socket(address: str, port: int) -> socket.socket:
     """A TCP socket listening on ``address``:``port`` only."""
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     address = str(ipaddress.ip_address(args[1]))
     static_tcp_rendezvous.TCPStore = store_bound_to(address)
     torchrun.main(args[2:])
+    # Every rank ended well and the agents met at their exit barrier: the job is over, and
+    # the launcher waits only for this process. A failure raised above, and goes out as
+    # torchrun's own (its report, exit 1).
+    exiting.leave(0)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 
 from bench import manifest, record
 from bench.config import TrainConfig
-from bench.rank import distributed, job, summary, telemetry
+from bench.rank import distributed, job, phases, summary, telemetry
 from bench.rank.clock import StepClock
 from bench.rank.data import build_data
 from bench.rank.loop import (
@@ -212,6 +212,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         if sampler:
             sampler.start()
 
+    phases.mark("model_built")
     if cfg.schedule.steps is not None:
         result = run_steps(trainer, data, ctx, cfg.schedule, clock, samples_per_step,
                            on_timing_start=timing_starts, observer=traffic)
@@ -235,6 +236,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
             rec["traffic_probe_error"] = job.one_line(error)
             traffic.reset()
             observed_steps = 0
+        phases.mark("traffic_probe_done")
     rec["traffic_by_kind"] = {kind: size / observed_steps
                               for kind, size in traffic.by_kind.items()} \
         if observed_steps else None
@@ -242,6 +244,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
         if observed_steps else (None, None)
     result.nosync_step_times = comm_probe(trainer, data, ctx, cfg.schedule.comm_probe_steps,
                                           clock)
+    phases.mark("comm_probe_done")
     device_names = [rank["device"] or "" for rank in rec["env"]["ranks"]]
     rec.update(summary.figures(result, ctx, samples_per_step=samples_per_step,
                                grad_bytes_per_step=per_step[0],
@@ -269,6 +272,7 @@ def run(cfg: TrainConfig) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    phases.mark_start()
     return job.main(argv, prog, TrainConfig.from_args, run)
 
 

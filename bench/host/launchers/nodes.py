@@ -27,6 +27,9 @@ from bench.host.outcome import JobOutcome, NodeOutcome
 
 TAIL_LINES = 20
 PEER_GRACE_S = 10.0  # how long other nodes may take to fail on their own
+# How often the nodes are looked at while the job runs: each look is a waitpid per node, and
+# what it costs a cell is half of it on average, between the last node's end and its row.
+POLL_S = 0.05
 # Lines that say nothing to a user: Compose v1's note on --exit-code-from, and c10d's
 # warning that a loopback peer has no resolvable name. They stay in the node logs.
 CONSOLE_NOISE = ("--exit-code-from implies", "hostname of the client socket cannot be")
@@ -241,7 +244,7 @@ def _wait(procs: list[subprocess.Popen], deadline: float,
             return False, None
         if time.monotonic() > deadline:
             return True, None
-        time.sleep(0.2)
+        time.sleep(POLL_S)
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:

@@ -95,7 +95,7 @@ class SlurmOptions:
     profile: str = launcher_flag("cpu", "the trainer service (compose; gpu with "
                                  "--gpus-per-node)", choices=compose.PROFILES)
     results_root: Path = derived("results_root", Path("results"))
-    poll_s: float = 1.0
+    poll_s: float = 0.25   # a look is one scontrol (ms); a row waits half a look on average
 
     def __post_init__(self) -> None:
         if self.gpus_per_node:
