@@ -8,7 +8,7 @@ if [ "$#" -gt 0 ]; then exec "$@"; fi
 # an Indexed Job sets JOB_COMPLETION_INDEX; Kubeflow's PyTorchJob operator sets MASTER_ADDR,
 # MASTER_PORT, RANK (the pod's node rank) and WORLD_SIZE (pods; pods x processes once it also
 # sets PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, which come first). See
-# bench/host/launchers/k8s.py.
+# bench/host/launchers/k8s/.
 : "${NNODES:=${PET_NNODES:-${WORLD_SIZE:-1}}}" "${NPROC_PER_NODE:=${PET_NPROC_PER_NODE:-1}}"
 : "${NODE_RANK:=${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-${RANK:-0}}}}"
 : "${MASTER_ADDR:=${PET_MASTER_ADDR:-127.0.0.1}}" "${MASTER_PORT:=${PET_MASTER_PORT:-29500}}"
@@ -30,7 +30,8 @@ if ! words=$(python3 -c 'import shlex, sys; print(shlex.join(shlex.split(sys.arg
   exit 2
 fi
 eval "set -- $words"
-exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
+# bench.rank.torchrun: torchrun that leaves at once when the job is over (no unwinding of torch).
+exec python3 -m bench.rank.torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
   --rdzv-id "${BENCH_JOB_ID:-bench}" --rdzv-conf "timeout=$RDZV_TIMEOUT" \
   -m "${BENCH_MODULE:-bench.rank.train}" --results "$RESULTS_FILE" "$@"

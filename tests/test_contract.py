@@ -59,7 +59,8 @@ def test_the_entrypoint_reads_every_variable_that_reaches_the_container():
 
 
 def _entrypoint_torchrun_flags() -> list[str]:
-    start = ENTRYPOINT.index("exec torchrun")
+    agent = "exec python3 -m bench.rank.torchrun"
+    start = ENTRYPOINT.index(agent) + len(agent)
     command = ENTRYPOINT[start:].replace("\\\n", " ").splitlines()[0]
     return [word for word in shlex.split(command, posix=False) if word.startswith("-")]
 
@@ -70,7 +71,7 @@ def test_the_entrypoint_starts_the_contract_argv():
                    topology=Topology(2, 1), master_port=1, rdzv_timeout=5, results=Path("r"),
                    log_dir=Path("l"), deadline_s=60).nodes[0]
     argv = contract.torchrun_argv(node, master_addr="a", master_port=node.master_port)
-    contract_flags = [w for w in argv[argv.index("torch.distributed.run") + 1:]
+    contract_flags = [w for w in argv[argv.index("bench.rank.torchrun") + 1:]
                       if w.startswith("-")]
     assert _entrypoint_torchrun_flags() == contract_flags
 

@@ -81,6 +81,9 @@ OK_RECORD = json.loads((REPO / "tests" / "fixtures" / "table-fixture.jsonl")
 
 # --- causes -----------------------------------------------------------------------------
 
+# The torchrun agents' modules: bench.rank.torchrun (every launcher's) and torchrun itself.
+AGENTS = {b"bench.rank.torchrun", b"torch.distributed.run"}
+
 def test_a_rank_killed_by_sigkill_is_named_not_a_caret_line():
     assert killed_rank(TORCHRUN_RANK_KILLED) == "rank 1 killed by SIGKILL"
     assert failure_cause(TORCHRUN_RANK_KILLED) == (None, "rank 1 killed by SIGKILL")
@@ -181,7 +184,7 @@ def _worker(marker: Path, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"bench.rank.train" in cmdline and b"torch.distributed.run" not in cmdline \
+        if b"bench.rank.train" in cmdline and not AGENTS & set(cmdline) \
                 and str(marker).encode() in b" ".join(cmdline) \
                 and f"RANK={rank}".encode() in environ:
             return int(entry.name)
@@ -195,9 +198,8 @@ def _agent(marker: Path, node_rank: int) -> int | None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        # The agent is torchrun itself, or bench.rank.torchrun (native: its store bound).
-        agent = b"-m" in cmdline and cmdline[cmdline.index(b"-m") + 1] in (
-            b"torch.distributed.run", b"bench.rank.torchrun")
+        # The agent is bench.rank.torchrun (every launcher's), or torchrun itself.
+        agent = b"-m" in cmdline and cmdline[cmdline.index(b"-m") + 1] in AGENTS
         if agent and cmdline[cmdline.index(b"--node_rank") + 1] == str(node_rank).encode():
             return pid
     return None

@@ -34,7 +34,8 @@ def _rank0_worker(job_marker: str) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        is_worker = b"bench.rank.train" in cmdline and b"torch.distributed.run" not in cmdline
+        is_worker = b"bench.rank.train" in cmdline and not {
+            b"torch.distributed.run", b"bench.rank.torchrun"} & set(cmdline)   # not an agent
         if is_worker and b"RANK=0" in environ and job_marker.encode() in b" ".join(environ):
             return int(entry.name)
     return None

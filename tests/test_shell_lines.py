@@ -380,8 +380,14 @@ def test_the_netns_render_quotes_every_word():
 
 # --- Kubernetes: the pod's env, run by the image's entrypoint --------------------------------
 K8S_SETTINGS = Path(tempfile.mkdtemp(prefix="bench-k8s-")) / "node.env"
+# python3 for the entrypoint: the real one for its shlex step, the recording stub for the
+# agent it ends with (python3 -m bench.rank.torchrun), so that nothing starts.
 REAL_PYTHON = Path(tempfile.mkdtemp(prefix="bench-python-"))
-(REAL_PYTHON / "python3").symlink_to(Path(sys.executable).resolve())
+(REAL_PYTHON / "python3").write_text(
+    '#!/bin/sh\nif [ "$1 $2" = "-m bench.rank.torchrun" ]; then exec '
+    f'{shlex.quote(str(STUBS / "python3"))} "$@"; fi\n'
+    f'exec {shlex.quote(str(Path(sys.executable).resolve()))} "$@"\n')
+(REAL_PYTHON / "python3").chmod(0o755)
 K8S_SETTINGS.write_text(EXAMPLE_ENV.read_text() + "\nDATA_MOUNT_OPTIONS=addr=10.0.0.5,"
                         "nfsvers=4.1,ro\nNCCL_SOCKET_IFNAME=eth0\nGLOO_SOCKET_IFNAME=eth0\n")
 
@@ -398,12 +404,12 @@ def test_the_kubernetes_entrypoint_gets_exactly_the_flags_or_they_are_refused(ar
     (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert shlex.split(env["BENCH_ARGS"]) == list(args)
-    # The container's command: the image's entrypoint with this env (torchrun stubbed).
-    # The entrypoint splits BENCH_ARGS with the real python3's shlex (only torchrun stubbed).
+    # The container's command: the image's entrypoint with this env. It splits BENCH_ARGS
+    # with the real python3's shlex; only the torchrun agent it ends with is stubbed.
     calls = run_bash(shlex.join(["sh", str(REPO / "docker" / "node-entrypoint.sh")]),
                      env={**{k: v for k, v in env.items() if k != "HOME"},
                           "PATH": f"{REAL_PYTHON}:{PATH}"})
-    assert len(calls) == 1 and calls[0][0] == "torchrun"
+    assert len(calls) == 1 and calls[0][:3] == ["python3", "-m", "bench.rank.torchrun"]
     assert calls[0][len(calls[0]) - len(args):] == list(args)
 
 

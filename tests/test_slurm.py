@@ -107,8 +107,7 @@ def test_pyxis_runs_the_task_in_the_container(tmp_path):
     text = slurm.script(slurm.SlurmOptions(runtime="pyxis", image="nvcr.io#lab/bench:1",
                                            remote_dir="/srv/bench"), _job(tmp_path))
     assert "--container-image=nvcr.io#lab/bench:1" in text
-    assert "'python3 -m torch.distributed.run" in text or "python3 -m torch.distributed.run" \
-        in text
+    assert "python3 -m bench.rank.torchrun" in text
 
 
 def test_scontrol_lines_are_read_as_fields():

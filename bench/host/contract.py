@@ -74,8 +74,8 @@ def torchrun_argv(node: NodeSpec, *, master_addr: str | None, master_port: int |
     processes on a host by their command line. ``store_bind``: the one address node 0's
     rendezvous store listens on (``bench.rank.torchrun``, torchrun itself listens on every
     interface), for launchers that know where every node is."""
-    launcher = (["bench.rank.torchrun", "--store-bind", store_bind] if store_bind
-                else ["torch.distributed.run"])
+    # bench.rank.torchrun is torchrun that leaves as soon as the job is over.
+    launcher = ["bench.rank.torchrun", *(["--store-bind", store_bind] if store_bind else [])]
     endpoint = ([] if master_addr is None else ["--master_addr", master_addr]) + \
         ([] if master_port is None else ["--master_port", str(master_port)])
     return [python, "-m", *launcher, "--nnodes", str(node.nnodes),

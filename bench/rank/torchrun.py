@@ -1,6 +1,11 @@
-"""torchrun, with node 0's rendezvous store listening on one address only.
+"""torchrun as every launcher starts it: it leaves at once when the job is over, and
+node 0's rendezvous store listens on one address where the launcher knows it.
 
-  python -m bench.rank.torchrun --store-bind 127.0.0.1 [torchrun's own flags...]
+  python -m bench.rank.torchrun [--store-bind 127.0.0.1] [torchrun's own flags...]
+
+Leaving: once every rank ended well and the agents met at their exit barrier, the job is
+over and its launcher waits only for this process; the interpreter's unwinding of torch
+(about a second of a loaded host, in every cell) is skipped (``bench.rank.exiting``).
 
 torch's TCPStore server listens on every interface, whatever host name it is given: the
 libuv backend binds ``::`` (or ``0.0.0.0``) with the port alone (``UvTcpServer::
@@ -9,7 +14,8 @@ no flag to change that. A rendezvous on 127.0.0.1 would then accept connections 
 whole network. TCPStore does take a socket already bound (``master_listen_fd``): this
 module binds one to the given address and hands it to the static rendezvous's store, then
 runs torchrun unchanged. The launchers that know every node is on this host (native,
-netns) start nodes through it; the others run torchrun itself.
+netns) give ``--store-bind``; the others (their nodes on other hosts, a container's
+entrypoint) give none, and the store listens as torchrun's does.
 """
 from __future__ import annotations
 
@@ -47,11 +53,14 @@ def main(argv: list[str] | None = None) -> None:
     # Our flag comes first, and only there: torchrun's own flags and the workload's follow
     # untouched (no parser of ours could take a workload flag for its own).
     args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] != "--store-bind":
-        sys.exit("usage: python -m bench.rank.torchrun --store-bind ADDRESS [torchrun flags]")
-    address = str(ipaddress.ip_address(args[1]))
-    static_tcp_rendezvous.TCPStore = store_bound_to(address)
-    torchrun.main(args[2:])
+    if args[:1] == ["--store-bind"]:
+        if len(args) < 2:
+            sys.exit("usage: python -m bench.rank.torchrun [--store-bind ADDRESS] "
+                     "[torchrun flags]")
+        address = str(ipaddress.ip_address(args[1]))
+        static_tcp_rendezvous.TCPStore = store_bound_to(address)
+        args = args[2:]
+    torchrun.main(args)
     # Every rank ended well and the agents met at their exit barrier: the job is over, and
     # the launcher waits only for this process. A failure raised above, and goes out as
     # torchrun's own (its report, exit 1).
