@@ -606,15 +606,18 @@ def test_the_pull_probe_pod_passes_the_schemas(tmp_path):
 
 # --- the entrypoint's mapping of what Kubernetes sets -----------------------------------------
 
-FAKE_TORCHRUN = "#!/bin/sh\nprintf '%s\\n' \"$@\"\n"
+# python3 that prints the torchrun agent's argv (python3 -m bench.rank.torchrun ARGV), and
+# is the real one for the entrypoint's other use of it (splitting BENCH_ARGS).
+FAKE_PYTHON = ('#!/bin/sh\nif [ "$1 $2" = "-m bench.rank.torchrun" ]; then shift 2; '
+               'printf \'%s\\n\' "$@"; exit 0; fi\nexec {python} "$@"\n')
 
 
 def entrypoint(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
     """The torchrun flags docker/node-entrypoint.sh passes, run by a POSIX sh with a
-    torchrun that prints its argv."""
-    fake = tmp_path / "bin" / "torchrun"
+    torchrun agent that prints its argv."""
+    fake = tmp_path / "bin" / "python3"
     fake.parent.mkdir(exist_ok=True)
-    fake.write_text(FAKE_TORCHRUN)
+    fake.write_text(FAKE_PYTHON.format(python=shlex.quote(str(Path(sys.executable).resolve()))))
     fake.chmod(0o755)
     shell = shutil.which("dash") or "/bin/sh"  # dash: POSIX sh, no bash extension passes
     out = subprocess.run([shell, str(REPO / "docker" / "node-entrypoint.sh")],

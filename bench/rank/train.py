@@ -78,6 +78,9 @@ def apply_memory_cap(cap: str | None) -> dict | None:
     if cap is None:
         return None
     budget = parse_size(cap, "--memory-cap")
+    # The wrappers (DDP's and FSDP's constructors) import torch._dynamo, some 100 MiB of
+    # modules: loaded now, it is part of what the rank holds, not of the model's budget.
+    import torch._dynamo  # noqa: F401  (here only: a run without a cap loads it when wrapping)
     _allocate_exactly()
     held = _held_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
