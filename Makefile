@@ -199,6 +199,10 @@ show_results = $(PY) -m bench table "$$MK_RESULTS" && $(PY) -m bench report "$$M
 # those of the chosen launcher (a flag would win), ignores the others and treats an empty
 # one as unset, so no recipe restates which launcher takes which flag
 # (bench/host/launchers/registry.py). Like MK_*, a value is never recipe text.
+# $(call image_settings,TARGETS,IMAGE,SETTINGS FILE,PROFILE): the trainer image, node settings
+# and Compose service TARGETS pass (empty: left to the launcher's default).
+image_settings = $(eval $(1): export BENCH_LAUNCHER_IMAGE = $(2))$(eval $(1): export \
+  BENCH_LAUNCHER_ENV_FILE = $(3))$(eval $(1): export BENCH_LAUNCHER_PROFILE = $(4))
 define matrix_jobs
 read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
 if [ -z "$${workload+set}" ]; then \
@@ -217,9 +221,7 @@ $(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exi
 endef
 MODE ?= steps
 gpu_launcher = launcher=(--launcher compose); workload_extra=(--device cuda)
-bench-single bench-multigpu: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
-bench-single bench-multigpu: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
-bench-single bench-multigpu: export BENCH_LAUNCHER_PROFILE = gpu
+$(call image_settings,bench-single bench-multigpu,$$(IMAGE),$$(NODE_ENV),gpu)
 
 bench-single: TOPOLOGIES ?= 1x1
 bench-single: REPEATS ?= 1
@@ -256,9 +258,7 @@ endef
 bench-cpu: TOPOLOGIES ?= 1x1,2x1
 bench-cpu: REPEATS ?= 1
 bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
-bench-cpu: export BENCH_LAUNCHER_IMAGE = $(CPU_IMAGE)
-bench-cpu: export BENCH_LAUNCHER_ENV_FILE = $(CPU_ENV_FILE)
-bench-cpu: export BENCH_LAUNCHER_PROFILE = cpu
+$(call image_settings,bench-cpu,$$(CPU_IMAGE),$$(CPU_ENV_FILE),cpu)
 bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synthetic + Fashion-MNIST
 	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
 	@export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
@@ -298,9 +298,7 @@ bench-matrix: STEPS ?= 10
 bench-matrix: TOPOLOGIES ?= 1x1,1x2,2x1
 bench-matrix: RESULTS ?= results/matrix-$(RUN_TAG).jsonl
 # Compose's settings, ignored by the native launcher.
-bench-matrix: export BENCH_LAUNCHER_IMAGE = $(CPU_IMAGE)
-bench-matrix: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
-bench-matrix: export BENCH_LAUNCHER_PROFILE = cpu
+$(call image_settings,bench-matrix,$$(CPU_IMAGE),$$(NODE_ENV),cpu)
 bench-matrix: venv ## BATCH_SIZES x TOPOLOGIES on this host (LAUNCHER=native|compose, REPEATS, MODEL)
 	@launcher=(--launcher "$$MK_LAUNCHER"); \
 	$(matrix_run)
@@ -312,9 +310,7 @@ bench-multinode: TOPOLOGIES ?= 1x1,$(host_count)x1
 bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
 bench-multinode: export BENCH_LAUNCHER_HOSTS = $(HOSTS)
 bench-multinode: export BENCH_LAUNCHER_RUNTIME = $(RUNTIME)
-bench-multinode: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
-bench-multinode: export BENCH_LAUNCHER_ENV_FILE = $(BENCH_ENV_FILE)
-bench-multinode: export BENCH_LAUNCHER_PROFILE = gpu
+$(call image_settings,bench-multinode,$$(IMAGE),$$(BENCH_ENV_FILE),gpu)
 bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
 	@[ -n "$$MK_HOSTS" ] || { echo "bench-multinode: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
@@ -340,8 +336,7 @@ bench-slurm: export BENCH_LAUNCHER_GPUS_PER_NODE = $(GPUS_PER_NODE)
 bench-slurm: export BENCH_LAUNCHER_PARTITION = $(PARTITION)
 bench-slurm: export BENCH_LAUNCHER_ACCOUNT = $(ACCOUNT)
 bench-slurm: export BENCH_LAUNCHER_TIME_LIMIT = $(TIME_LIMIT)
-bench-slurm: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
-bench-slurm: export BENCH_LAUNCHER_ENV_FILE = $(BENCH_ENV_FILE)
+$(call image_settings,bench-slurm,$$(IMAGE),$$(BENCH_ENV_FILE),)
 bench-slurm: venv ## the matrix as Slurm jobs: PARTITION, NODES_PER_JOB, GPUS_PER_NODE (0: CPU), TIME_LIMIT, ACCOUNT, SLURM_RUNTIME
 	@case "$$MK_GPUS_PER_NODE" in ''|*[!0-9]*) echo "bench-slurm: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 0 for CPU jobs" >&2; exit 2;; esac; \
 	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "bench-slurm: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
@@ -362,9 +357,7 @@ k8s-manifests: GPUS_PER_NODE ?= 1
 k8s-manifests: BATCH_SIZES ?= 64
 k8s-manifests: MODEL ?= resnet50
 k8s-manifests: STEPS ?= 50
-k8s-manifests: export BENCH_LAUNCHER_IMAGE = $(IMAGE)
-k8s-manifests: export BENCH_LAUNCHER_ENV_FILE = $(NODE_ENV)
-k8s-manifests: export BENCH_LAUNCHER_PROFILE = $(PROFILE)
+$(call image_settings,k8s-manifests,$$(IMAGE),$$(NODE_ENV),$$(PROFILE))
 k8s-manifests: export BENCH_LAUNCHER_NAMESPACE = $(K8S_NAMESPACE)
 k8s-manifests: export BENCH_LAUNCHER_RESULTS_CLAIM = $(RESULTS_CLAIM)
 k8s-manifests: export BENCH_LAUNCHER_SHM_SIZE = $(SHM_SIZE)
