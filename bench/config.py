@@ -168,6 +168,9 @@ class ScheduleConfig:
     comm_probe_steps: int = option(10, "after training, time this many steps without "
                                    "gradient sync (no_sync): the difference to the synced "
                                    "steps is the exposed communication time (0: skip)")
+    link_probe_mib: float = option(4.0, "after training, on several nodes: time each link "
+                                   "between node leaders with a buffer of this many MiB, "
+                                   "to name a node whose link is slow (0: skip)")
     telemetry: bool = option(True, "sample each GPU through NVML during the timed steps "
                              "(utilization, power, clocks, temperature, energy)")
     telemetry_interval: float = option(0.1, "seconds between GPU telemetry samples")
@@ -186,6 +189,7 @@ class ScheduleConfig:
         require_range(self.seed, "seed", 0, 2**32 - 1)
         require_range(self.log_every, "log_every", 0, 10_000_000)
         require_range(self.comm_probe_steps, "comm_probe_steps", 0, 100_000)
+        require_range(self.link_probe_mib, "link_probe_mib", 0, 1024)
         require_range(self.telemetry_interval, "telemetry_interval", 0.01, 60)
 
 

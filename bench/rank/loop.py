@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from bench.config import PrecisionConfig, ScheduleConfig
+from bench.rank.breakdown import StepParts
 from bench.rank.clock import Mark, StepClock
 from bench.rank.data import Batch, DataBundle
 from bench.rank.distributed import DistContext, sum_across_ranks
@@ -74,23 +75,41 @@ class Trainer:
         self.model.set_requires_gradient_sync(False)
         return contextlib.nullcontext()
 
-    def step(self, batches: Iterator[Batch], *, sync: bool = True) -> tuple[torch.Tensor, float]:
+    def step(self, batches: Iterator[Batch], *, sync: bool = True,
+             parts: StepParts | None = None) -> tuple[torch.Tensor, float]:
         """Returns the step's loss (a device tensor: no sync here) and seconds spent
         blocked on the data loader and host-to-device copy. ``sync=False`` skips the
-        gradient all-reduce on every micro-batch (the communication probe)."""
+        gradient all-reduce on every micro-batch (the communication probe). ``parts``, when
+        timing, is told where each part of the step ends."""
+        parts = parts if parts is not None and parts.active else None
         waited, loss_sum = 0.0, None
         for micro in range(self.grad_accum):
             start = time.perf_counter()
-            images, labels = self.to_device(next(batches))
+            batch = next(batches)
+            if parts:
+                parts.done("data", then="h2d")
+            images, labels = self.to_device(batch)
             waited += time.perf_counter() - start
+            if parts:
+                parts.done("h2d", then="forward")
             last = micro == self.grad_accum - 1 and sync
             # Gradients synchronise only on the last micro-batch of the step.
             with self._synced(last):
                 with self.precision.autocast():
                     loss = self.criterion(self.model(images), labels) / self.grad_accum
-                self.precision.scaler.scale(loss).backward()
+                scaled = self.precision.scaler.scale(loss)
+                if parts:
+                    parts.done("forward", then="backward")
+                    parts.mark_backward_end(scaled)
+                scaled.backward()
+                if parts:
+                    # After backward's own end: the wait for the gradient sync, if any.
+                    parts.done("sync", then="optimizer" if micro == self.grad_accum - 1
+                               else "data")
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         self.precision.scaler.step(self.optimizer)
+        if parts:
+            parts.done("optimizer", then="other")
         self.precision.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum, waited
@@ -143,14 +162,18 @@ class Progress:
 
 def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock: StepClock,
                  result: LoopResult, progress: Progress, label: str,
-                 observer: StepObserver | None = None) -> None:
+                 observer: StepObserver | None = None, parts: StepParts | None = None) -> None:
     losses: list[torch.Tensor] = []
     observer = observer or StepObserver()
     marks = [clock.mark()]
     for done in range(1, count + 1):
         observer.begin_step(marks[-1])
-        loss, waited = trainer.step(batches)
+        if parts:
+            parts.begin(marks[-1])
+        loss, waited = trainer.step(batches, parts=parts)
         marks.append(clock.mark())
+        if parts:
+            parts.end()
         observer.end_step(marks[-1])
         result.data_waits.append(waited)
         losses.append(loss)
@@ -169,7 +192,8 @@ def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock: 
 
 def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: ScheduleConfig,
               clock: StepClock, samples_per_step: int, on_timing_start: Callable[[], None],
-              observer: StepObserver | None = None) -> LoopResult:
+              observer: StepObserver | None = None, parts: StepParts | None = None
+              ) -> LoopResult:
     """Warm-up, then ``cfg.steps`` timed steps."""
     result = LoopResult()
     batches = data.endless()
@@ -180,7 +204,7 @@ def run_steps(trainer: Trainer, data: DataBundle, ctx: DistContext, cfg: Schedul
     result.first_step_done = warmup.first_step_done
     on_timing_start()
     progress = Progress(ctx, cfg.log_every, cfg.steps, samples_per_step)
-    _timed_steps(trainer, batches, cfg.steps, clock, result, progress, "step", observer)
+    _timed_steps(trainer, batches, cfg.steps, clock, result, progress, "step", observer, parts)
     result.timed_seconds = result.train_seconds
     return result
 
@@ -241,7 +265,8 @@ def evaluate(model: nn.Module, data: DataBundle, ctx: DistContext, precision: Pr
 
 def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: DistContext,
                cfg: ScheduleConfig, clock: StepClock, samples_per_step: int,
-               observer: StepObserver | None = None) -> LoopResult:
+               observer: StepObserver | None = None, parts: StepParts | None = None
+               ) -> LoopResult:
     """``cfg.epochs`` epochs, each followed by a full evaluation; the wall time counts all."""
     assert data.train is not None and cfg.epochs is not None
     result = LoopResult()
@@ -252,7 +277,7 @@ def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: D
         epoch_start = clock.now()
         progress = Progress(ctx, cfg.log_every, steps_per_epoch, samples_per_step)
         _timed_steps(trainer, iter(data.train), steps_per_epoch, clock, result, progress,
-                     f"epoch {epoch + 1}/{cfg.epochs} step", observer)
+                     f"epoch {epoch + 1}/{cfg.epochs} step", observer, parts)
         train_end = clock.now()
         loss, accuracy = evaluate(eval_model, data, ctx, trainer.precision)
         end = clock.now()

@@ -1,8 +1,9 @@
 """Turn a rank's raw timings into the record's figures."""
 from __future__ import annotations
 
+from bench.analysis import straggler
 from bench.devices import NO_PEAK, job_peak
-from bench.rank.distributed import DistContext, max_across_ranks
+from bench.rank.distributed import DistContext, all_gather_objects, max_across_ranks
 from bench.rank.loop import LoopResult
 
 FIRST_LOSSES_KEPT = 5
@@ -80,3 +81,26 @@ def communication(result: LoopResult, ctx: DistContext, grad_bytes_per_step: flo
     return {"comm_probe_steps": len(result.nosync_step_times), "step_time_nosync_s": unsynced,
             "comm_exposed_s": exposed, "comm_share": exposed / synced,
             "comm_achieved_GBps": achieved}
+
+
+def stragglers(result: LoopResult, step_parts: list[dict[str, float]], ctx: DistContext,
+               rec: dict, links: dict | None, strategy: str, stamped_by: str) -> dict:
+    """The record's step breakdown, straggler and drop-the-slowest prediction, from every
+    rank's timed steps. A collective: every rank must call it; the leader's answer counts."""
+    me = rec["env"]["ranks"][ctx.rank] if ctx.rank < len(rec["env"]["ranks"]) else {}
+    mine = {"rank": ctx.rank, "node": ctx.node_rank,
+            "host": me.get("hostname") or "", "device": me.get("device") or "",
+            "step_s": result.step_times, "parts": {}}
+    names = sorted({name for step in step_parts for name in step})
+    mine["parts"] = {name: [step.get(name, 0.0) for step in step_parts] for name in names}
+    every = all_gather_objects(ctx, mine)
+    ranks = [straggler.RankSteps(**r) for r in every]
+    link_list = [straggler.Link(link["from_node"], link["to_node"], link["s"])
+                 for link in (links or {}).get("links", [])]
+    verdict = straggler.judge(ranks, strategy, link_list, rec.get("samples_per_s"))
+    if links is not None:
+        found = straggler.slow_link(link_list, len({r.node for r in ranks}))
+        links = {**links, "slow_node": found[0] if found else None}
+    return {"step_breakdown": straggler.breakdown(ranks, strategy, stamped_by),
+            "straggler": verdict.straggler, "straggler_check": verdict.check,
+            "without_slowest": verdict.without_slowest, "link_probe": links}

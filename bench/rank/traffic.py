@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.config import DistributedConfig
+from bench.rank import breakdown
 from bench.rank.clock import Mark, StepClock
 from bench.rank.distributed import DistContext
 
@@ -242,6 +243,8 @@ class _CountingFSDPCollectives:
 
     def __init__(self) -> None:
         self.traffic: GradientTraffic | None = None
+        self.all_gather = dist.all_gather_single
+        self.reduce_scatter = dist.reduce_scatter_single
 
     def __getattr__(self, name: str):
         return getattr(dist, name)
@@ -249,12 +252,12 @@ class _CountingFSDPCollectives:
     def all_gather_single(self, output, input, *args, **kwargs):
         if self.traffic is not None:
             self.traffic.sent(output, "all_gather")
-        return dist.all_gather_single(output, input, *args, **kwargs)
+        return self.all_gather(output, input, *args, **kwargs)
 
     def reduce_scatter_single(self, output, input, *args, **kwargs):
         if self.traffic is not None:
             self.traffic.sent(input, "reduce_scatter")
-        return dist.reduce_scatter_single(output, input, *args, **kwargs)
+        return self.reduce_scatter(output, input, *args, **kwargs)
 
 
 _FSDP_COUNTER = _CountingFSDPCollectives()
@@ -265,15 +268,29 @@ MIN_UNIT_PARAMS = 1_000_000
 
 
 def shard_model(model: nn.Module, traffic: GradientTraffic,
-                min_unit_params: int = MIN_UNIT_PARAMS) -> nn.Module:
+                min_unit_params: int = MIN_UNIT_PARAMS, *, host_timed: bool = False
+                ) -> nn.Module:
     """FSDP2 (fully_shard) over the model: units bottom-up by size, then the root. Each
     rank keeps 1/world of the parameters, gradients and optimizer state; a unit's
     parameters are all-gathered for its forward and backward, its gradients
-    reduce-scattered. Build the optimizer after this: the parameters are new (DTensors)."""
+    reduce-scattered. Build the optimizer after this: the parameters are new (DTensors).
+
+    ``host_timed`` (CPU, where a collective's host time is its time): the step breakdown
+    counts the time spent in each all-gather, reduce-scatter and the wait for an all-gather
+    issued ahead as those collectives' own, not as the forward or backward they ran in."""
     from torch.distributed.fsdp import _fully_shard, fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
 
     _FSDP_COUNTER.traffic = traffic
     _fully_shard._fsdp_collectives.dist = _FSDP_COUNTER
+    if host_timed:
+        _FSDP_COUNTER.all_gather = breakdown.host_timed("all_gather", dist.all_gather_single)
+        _FSDP_COUNTER.reduce_scatter = breakdown.host_timed("reduce_scatter",
+                                                            dist.reduce_scatter_single)
+        copy_out = _fsdp_param_group.foreach_all_gather_copy_out
+        if not getattr(copy_out, "host_timed", False):
+            _fsdp_param_group.foreach_all_gather_copy_out = breakdown.host_timed(
+                "all_gather", copy_out)
 
     def unsharded(module: nn.Module) -> int:
         """Parameters of ``module`` not yet in a unit, after sharding its children."""

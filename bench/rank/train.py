@@ -15,7 +15,8 @@ import torch
 
 from bench import manifest, record
 from bench.config import TrainConfig
-from bench.rank import distributed, job, phases, summary, telemetry
+from bench.rank import distributed, job, linkprobe, phases, summary, telemetry
+from bench.rank.breakdown import StepParts, reporting_to
 from bench.rank.clock import StepClock
 from bench.rank.data import build_data
 from bench.rank.loop import (
@@ -180,6 +181,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     model = model.to(ctx.device, memory_format=memory_format)
     clock = StepClock(ctx.device)
     traffic = GradientTraffic(clock)
+    parts = StepParts(clock)
     # One process is the denominator of every speedup, so it trains bare, as a lab's
     # single-GPU script would: no DDP, no hook. What a larger job of it would send (bytes,
     # bucket timeline) is measured afterwards by a short probe under one-rank DDP.
@@ -189,7 +191,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     if single:
         wrapped = model
     elif fsdp:
-        wrapped = shard_model(model, traffic)
+        wrapped = shard_model(model, traffic, host_timed=ctx.device.type == "cpu")
     else:
         wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=observed)
     # How the timed steps synchronised gradients: nothing (one process), DDP's built-in
@@ -216,17 +218,20 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
             sampler.start()
 
     phases.mark("model_built")
+    reporting_to(parts)
     if cfg.schedule.steps is not None:
         result = run_steps(trainer, data, ctx, cfg.schedule, clock, samples_per_step,
-                           on_timing_start=timing_starts, observer=traffic)
+                           on_timing_start=timing_starts, observer=traffic, parts=parts)
     else:
         # Evaluate the bare module: eval shards differ in length across ranks, and DDP's
         # forward would wait for peers that have already finished.
         timing_starts()
         result = run_epochs(trainer, model, data, ctx, cfg.schedule, clock, samples_per_step,
-                            observer=traffic)
+                            observer=traffic, parts=parts)
+    reporting_to(None)
     if sampler:
         sampler.stop()
+    step_parts = parts.resolved()
     observed_steps = len(result.step_times)
     if not observed:
         try:
@@ -255,6 +260,12 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
                                flops_per_sample=fps, device_names=device_names,
                                precision=cfg.precision.precision))
     rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))
+    links = linkprobe.probe(ctx, int(cfg.schedule.link_probe_mib * 2**20)) \
+        if ctx.world_size > 1 else None
+    phases.mark("link_probe_done")
+    rec.update(summary.stragglers(result, step_parts, ctx, rec, links,
+                                  "single" if single else "fsdp" if fsdp else "ddp",
+                                  clock.stamped_by))
     rec["bucket_timeline"] = traffic.timeline()
     summary_here = sampler.summary() if sampler else None
     summaries = distributed.all_gather_objects(
