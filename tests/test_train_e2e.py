@@ -217,3 +217,34 @@ def test_ctrl_c_records_the_interruption_and_exits_130(tmp_path):
     (rec,) = [json.loads(line) for line in results.read_text().splitlines()]
     validate(rec)
     assert (rec["status"], rec["error"]) == ("error", "interrupted (Ctrl-C)")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_every_rank_step_breakdown_adds_up(tmp_path, strategy):
+    """Issue 26: each rank's parts explain its step to within 5%, the sync is split into
+    wire and waiting (FSDP: its all-gathers and reduce-scatters), and two ranks that do
+    the same work on one machine are not called stragglers without cause."""
+    args = ["--steps", "12", "--warmup-steps", "2", "--model", "mlp", "--mlp-width", "512",
+            "--mlp-depth", "4", "--batch-size", "16", "--log-every", "0",
+            "--strategy", strategy]
+    result = launch(args, tmp_path / "runs.jsonl", nproc=2)
+    assert result.returncode == 0, dump(result)
+    rec = result.records[0]
+    validate(rec)
+    found = rec["step_breakdown"]
+    comm = ["all_gather", "reduce_scatter", "sync_wait"] if strategy == "fsdp" \
+        else ["sync_wire", "sync_wait"]
+    assert found["parts"] == ["data", "h2d", "forward", "backward", "optimizer", *comm]
+    assert found["stamped_by"] == "host_clock" and found["strategy"] == strategy
+    assert [row["rank"] for row in found["ranks"]] == [0, 1]
+    for row in found["ranks"]:
+        assert row["steps"] == 12 and row["node"] == 0 and row["host"]
+        assert row["remainder_share"] <= 0.05, row
+        assert row["parts"]["forward"]["mean"] > 0 and row["parts"]["backward"]["mean"] > 0
+        assert sum(p["mean"] for p in row["parts"].values()) == pytest.approx(
+            row["parts_sum_s"])
+    assert found["ranks"][0]["step_s"]["p50"] == pytest.approx(rec["step_time_s"]["p50"])
+    assert rec["straggler_check"]["threshold_share"] == 0.05
+    if rec["straggler"] is None:
+        assert rec["straggler_check"]["note"].startswith("ranks agree")
+    assert rec["link_probe"] is None and rec["without_slowest"] is None   # one node

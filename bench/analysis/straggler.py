@@ -213,11 +213,13 @@ def slow_link(links: Sequence[Link], nodes: int) -> tuple[int, float] | None:
     pair of links: either end could be at fault)."""
     if nodes < 3 or not links:
         return None
-    usual = _median([link.seconds for link in links])
-    if usual <= 0:
-        return None
     worst = None
     for node in sorted({link.from_node for link in links} | {link.to_node for link in links}):
+        # Usual: the links between the other nodes (half of all links may touch this one).
+        usual = _median([link.seconds for link in links if node not in (link.from_node,
+                                                                         link.to_node)])
+        if usual <= 0:
+            continue
         out = [link.seconds for link in links if link.from_node == node]
         into = [link.seconds for link in links if link.to_node == node]
         slowest_side = max(min(out, default=0.0), min(into, default=0.0)) / usual
