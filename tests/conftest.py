@@ -276,3 +276,22 @@ class FakeVenv:
 def fake_venv(tmp_path) -> FakeVenv:
     return FakeVenv(tmp_path)
 
+
+
+def assert_breakdown(rec: dict) -> None:
+    """Issue 26: every rank's step breakdown reached the record, whichever launcher ran the
+    job: one row per rank on its node, parts that explain the step, a straggler verdict where
+    there are several ranks, and every link between nodes timed where there are several."""
+    found = rec["step_breakdown"]
+    assert [(row["rank"], row["node"]) for row in found["ranks"]] == \
+        [(rank["rank"], rank["node_rank"]) for rank in rec["env"]["ranks"]]
+    for row in found["ranks"]:
+        assert row["steps"] == rec["timed_steps"] and set(row["parts"]) == set(found["parts"])
+        assert row["remainder_share"] <= 0.05, row
+    if rec["world_size"] > 1:
+        assert rec["straggler_check"]["note"]
+    if rec["nnodes"] > 1:
+        links = rec["link_probe"]["links"]
+        pairs = {(link["from_node"], link["to_node"]) for link in links}
+        expected = 2 if rec["nnodes"] == 2 else 2 * rec["nnodes"]
+        assert len(pairs) == expected and all(link["s"] > 0 for link in links)

@@ -20,7 +20,7 @@ from bench import record
 from bench.host.launchers import k8s
 from bench.host.launchers.base import JobSpec
 from bench.topology import Topology
-from conftest import EXAMPLE_ENV, REPO, free_port, validate
+from conftest import EXAMPLE_ENV, REPO, assert_breakdown, free_port, validate
 
 pytestmark = pytest.mark.e2e
 ENTRYPOINT = REPO / "docker" / "node-entrypoint.sh"
@@ -120,6 +120,7 @@ def check_one_record(outputs: list[str], results: Path, name: str) -> None:
     validate(rec)
     assert rec["status"] == "ok" and rec["nnodes"] == 2 and rec["world_size"] == 2
     assert sorted(r["node_rank"] for r in rec["env"]["ranks"]) == [0, 1]
+    assert_breakdown(rec)
     assert record.parse_stdout(outputs[0]), "node 0 prints the record the launcher collects"
     written = list(record.read(results / name / "trainer.jsonl"))
     assert [r["run_id"] for r in written] == [rec["run_id"]]

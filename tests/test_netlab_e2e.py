@@ -16,7 +16,7 @@ import pytest
 
 from bench import record
 from bench.host import netlab
-from tests.conftest import REPO, _require
+from tests.conftest import REPO, _require, assert_breakdown
 
 LINK_GBPS = 0.125   # 1 Gbit/s in GB/s
 
@@ -151,6 +151,7 @@ def test_uneven_nodes_behind_an_emulated_link(lab_host, tmp_path):
     one, uneven = list(record.read(results))
     assert uneven["status"] == "ok" and uneven["world_size"] == 3
     assert uneven["procs_per_node"] == [1, 2]
+    assert_breakdown(uneven)
     assert [r["node_rank"] for r in uneven["env"]["ranks"]] == [0, 1, 1]
     table = subprocess.run([sys.executable, "-m", "bench", "table", str(results)], cwd=REPO,
                            capture_output=True, text=True)

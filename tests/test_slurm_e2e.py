@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _require
+from conftest import REPO, _require, assert_breakdown
 
 CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 
@@ -135,3 +135,4 @@ def test_uneven_nodes_on_slurm(slurm, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = rows
     assert row["status"] == "ok" and row["world_size"] == 3 and row["procs_per_node"] == [1, 2]
+    assert_breakdown(row)

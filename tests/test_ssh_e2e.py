@@ -4,7 +4,14 @@ from __future__ import annotations
 import pytest
 
 from bench import record
-from conftest import EXAMPLE_ENV, LOOPBACK_HOSTS, bench_containers, run_matrix, validate
+from conftest import (
+    EXAMPLE_ENV,
+    LOOPBACK_HOSTS,
+    assert_breakdown,
+    bench_containers,
+    run_matrix,
+    validate,
+)
 
 pytestmark = pytest.mark.e2e
 HOSTS = ",".join(LOOPBACK_HOSTS)
@@ -115,5 +122,6 @@ def test_uneven_nodes_over_ssh(loopback_sshd, tmp_path):
     validate(rec)
     assert rec["status"] == "ok" and rec["world_size"] == 3 and rec["nnodes"] == 2
     assert rec["procs_per_node"] == [1, 2] and rec["matrix"]["topology"] == "1+2"
+    assert_breakdown(rec)
     assert [(r["rank"], r["node_rank"]) for r in rec["env"]["ranks"]] == [(0, 0), (1, 1), (2, 1)]
     assert rec["global_batch_size"] == 3 * 8

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from bench import manifest, record
-from conftest import EXAMPLE_ENV, REPO, bench_containers, validate
+from conftest import EXAMPLE_ENV, REPO, assert_breakdown, bench_containers, validate
 
 pytestmark = pytest.mark.e2e
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
@@ -154,6 +154,7 @@ def test_make_bench_cpu_runs_two_nodes_in_containers(cpu_image, compose_variant,
     for rec in records:
         validate(rec)
         assert rec["status"] == "ok" and rec["matrix"]["launcher"] == "compose"
+        assert_breakdown(rec)
         assert rec["env"]["image_id"] == image_id and rec["env"]["image_digest"]
         assert rec["world_size"] == rec["nnodes"]
         assert sorted((r["node_rank"], r["rank"]) for r in rec["env"]["ranks"]) == \

@@ -31,6 +31,7 @@ THRESHOLD_SHARE = 0.05     # a straggler is at least 5% slower in its local work
 NOISE_SIGMAS = 3.0         # ... and that excess is 3 standard errors of its median
 LINK_OUTLIER = 1.5         # a node's links at 2/3 of the usual rate or less
 COMM_COST_SHARE = 0.05     # a slow link is named when it costs 5% of the step or more
+MIN_STEPS = 3              # a median and a spread need a few steps
 MAD_TO_SIGMA = 1.4826      # the MAD of a normal sample times this is its standard deviation
 MEDIAN_SE = 1.2533         # the median's standard error is this times the mean's
 
@@ -237,8 +238,13 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
           samples_per_s: float | None = None) -> Verdict:
     """Name the straggler (or say why not) and predict the job without its node."""
     steps = _steps(ranks)
-    if len(ranks) < 2 or steps < 3:
+    if len(ranks) < 2:
         return Verdict(None, None, None)
+    if steps < MIN_STEPS:
+        return Verdict(None, {"threshold_share": THRESHOLD_SHARE, "largest_excess_share": None,
+                              "rank": None, "named": False,
+                              "note": f"{steps} timed step(s): too few to judge "
+                                      f"({MIN_STEPS} or more are needed)"}, None)
     split = split_communication(ranks, strategy)
     step_median = _median([_median(r.step_s[:steps]) for r in ranks])
     wire_names = ("all_gather", "reduce_scatter") if strategy == "fsdp" else ("sync_wire",)

@@ -74,8 +74,8 @@ def probe(ctx: DistContext, size_bytes: int = PROBE_BYTES, repeats: int = REPEAT
             if attempt:   # the first exchange opens the connection
                 timed.setdefault((from_node, ctx.node_rank), []).append(seconds)
     dist.barrier()
-    measured = {link: statistics.median(times) for link, times in timed.items()}
+    measured = sorted([a, b, statistics.median(times)] for (a, b), times in timed.items())
     every = all_gather_objects(ctx, measured)
     links = [{"from_node": a, "to_node": b, "s": s, "GBps": elements * 4 / s / 1e9}
-             for found in every for (a, b), s in sorted(found.items()) if s > 0]
+             for found in every for a, b, s in found if s > 0]
     return {"bytes": elements * 4, "repeats": repeats, "links": links, "slow_node": None}
