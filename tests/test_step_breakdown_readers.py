@@ -16,6 +16,7 @@ from bench import record
 from bench.analysis import breakdown, plot, report
 from bench.analysis.table import render
 from bench.host import matrix
+from bench.host.outcome import JobOutcome, NodeOutcome
 from tests.conftest import REPO
 from tests.helpers.step_breakdown import with_breakdown
 from tests.test_hostile_records import TRAINING_VALUES
@@ -48,6 +49,41 @@ def test_the_job_line_names_the_straggler_and_the_prediction():
         "; straggler rank 3 (node 2): compute +25%, costs 20%"
     assert breakdown.without_slowest_line(rec) == \
         "without node 2: 1.15x predicted, 123 samples/s"
+
+
+class _FinishedLauncher:
+    """Every job ends at once, rank 0 having printed ``rec`` after the marker."""
+    name = "native"
+
+    def __init__(self, rec: dict) -> None:
+        self.rec = rec
+
+    def launch(self, job) -> JobOutcome:
+        node = NodeOutcome(rank=0, host="node0", returncode=0, last_lines=[],
+                           output=[record.MARKER, record.dumps(self.rec)])
+        return JobOutcome(nodes=[node], timed_out=False, seconds=1.5)
+
+
+def _job_lines(rec: dict, tmp_path: Path, capsys) -> list[str]:
+    cfg = matrix.MatrixConfig.from_args(["--models", "smallcnn", "--results",
+                                         str(tmp_path / "runs.jsonl"), "--", "--steps", "2"],
+                                        "bench matrix")
+    assert matrix.run(cfg, _FinishedLauncher(rec)) == 0
+    lines = capsys.readouterr().err.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("[matrix] job 1/1"))
+    return lines[first:-1]     # the job's lines, without the matrix's last
+
+
+def test_the_matrix_prints_the_straggler_on_the_jobs_line(tmp_path: Path, capsys):
+    job, prediction = _job_lines(with_breakdown(fixture_records()[0]), tmp_path, capsys)
+    assert job.endswith(" ok, 200.0 samples/s in 1.5 s; straggler rank 3 (node 2): "
+                        "compute +25%, costs 20%"), job
+    assert prediction == "[matrix]   without node 2: 1.15x predicted, 123 samples/s"
+
+
+def test_the_matrix_line_of_an_old_record_is_unchanged(tmp_path: Path, capsys):
+    (job,) = _job_lines(fixture_records()[0], tmp_path, capsys)
+    assert job.endswith(" ok, 200.0 samples/s in 1.5 s"), job
 
 
 def test_the_job_line_of_an_old_a_failed_or_an_even_run_adds_nothing():

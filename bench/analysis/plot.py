@@ -4,7 +4,10 @@
   topology, medians with the repeats' min-max as error bars;
 - ``<stem>-<workload>-efficiency.png``: scaling efficiency against device count, a line per
   batch size (100% is linear scaling);
-- ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology.
+- ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology;
+- ``<stem>-<workload>-breakdown.png`` (records with issue 26's step breakdown): each cell's
+  step as stacked parts with the remainder; ``<stem>-slowest-ranks.png``: one bar per rank
+  of the run whose straggler costs the others most (``breakdown.slowest``).
 
 `bench table` links the plots it finds beside a results file. Each PNG carries the stack's
 mark (a text chunk): an existing chart is replaced, atomically, only when bench made it; a
@@ -237,7 +240,7 @@ def _stacked(plt, bars: list[breakdown.Bar], parts: list[str], title: str,
              marked: list[bool] | None = None):
     """Stacked bars of ``parts`` with the remainder hatched on top (below zero where it is
     negative); the labels of ``marked`` bars in red."""
-    fig, ax = plt.subplots(figsize=(min(20.0, 0.7 * len(bars) + 4), 4.5))
+    fig, ax = plt.subplots(figsize=(min(20.0, 0.7 * len(bars) + 5), 4.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     xs = list(range(len(bars)))
     bottoms = [0.0] * len(bars)
@@ -258,7 +261,10 @@ def _stacked(plt, bars: list[breakdown.Bar], parts: list[str], title: str,
             label.set_color("red")
     ax.set(ylabel="seconds per step", title=title)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    # Beside the axes: inside, the legend would hide the tops of the bars it explains.
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))   # top to bottom as the bars stack
     return fig
 
 
