@@ -195,6 +195,14 @@ def test_a_report_of_old_records_has_no_breakdown_section(tmp_path: Path):
                 if p.name.endswith(plot.BREAKDOWN_SUFFIXES)]
 
 
+def test_a_breakdown_of_failed_runs_only_says_so():
+    failed = [dict(with_breakdown(r, slow_rank=None), status="error", error="x",
+                   step_breakdown=None) for r in fixture_records()[:2]]
+    results = Path("runs.jsonl")
+    assert report.NO_BREAKDOWN in report.markdown(results, failed).split("## Step breakdown")[1]
+    assert f"<p>{report.NO_BREAKDOWN}</p>" in report.to_html(results, failed)
+
+
 def test_the_slowest_run_is_the_one_whose_straggler_costs_most():
     records = _report_records()
     for share, rec in zip((0.1, 0.6, 0.3), [r for r in records if r["nnodes"] == 2],

@@ -214,6 +214,8 @@ def markdown(results: Path, records: list[dict], prediction: str | None = None,
                 parts += [markdown_image(per_rank[0].stem, per_rank[0].name), "",
                           RANKS_CAPTION, ""]
             parts += [f"- {markdown_text(line, LINE_LIMIT)}" for line in lines]
+        elif not per_cell:
+            parts.append(NO_BREAKDOWN)
         parts.append("")
     if prediction:
         parts += ["## Prediction", "", _code_block(prediction), ""]
@@ -221,6 +223,11 @@ def markdown(results: Path, records: list[dict], prediction: str | None = None,
         parts += ["## Plots", "", *[markdown_image(p.stem, p.name) for p, _ in other_charts],
                   ""]
     return "\n".join(parts)
+
+
+# The section's only line where records carry breakdown fields but no ok run drew one (the
+# fields were null: every such run failed).
+NO_BREAKDOWN = "no run that finished ok has a step breakdown"
 
 
 def _per_rank(path: Path) -> bool:
@@ -294,6 +301,8 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None,
             body += [_figure(path, png, RANKS_CAPTION) for path, png in steps
                      if _per_rank(path)]
             body += ["<ul>", *[f"<li>{_html_text(line)}</li>" for line in lines], "</ul>"]
+        elif not steps:
+            body.append(f"<p>{NO_BREAKDOWN}</p>")
     if prediction:
         body += ["<h2>Prediction</h2>", f"<pre>{esc(prediction)}</pre>"]
     body += [_figure(path, png, path.stem) for path, png in other_charts]
