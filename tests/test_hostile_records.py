@@ -34,6 +34,7 @@ from bench.analysis import accuracy, compare, plot, predict, report, table
 from bench.paths import OWNED_MARK, PNG_MARK_KEY
 from bench.schemacheck import compile_schema
 from tests.conftest import REPO
+from tests.helpers.step_breakdown import with_breakdown
 
 REFERENCE = REPO / "results" / "reference"
 
@@ -52,6 +53,9 @@ BASES = {
     "oom-failed-node": _line("gpu-h100/telemetry/oom.jsonl"),
     "epochs": _line("gpu-h100/real-data.jsonl"),
     "sweep": SWEEP,
+    # Issue 26's step breakdown, straggler and prediction as the contract lays them out (no
+    # committed run has them yet): their every field is a path the mutations reach.
+    "straggler": with_breakdown(TWO_NODES),
 }
 
 # Strings a hostile user would try: shell, Markdown and matplotlib syntax, terminal
@@ -372,6 +376,13 @@ def test_the_strategy_reaches_every_field_and_the_edges():
     assert ("telemetry", "power_w", "median") in _mutable_paths(BASES["gpu-telemetry"],
                                                                 TRAINING_VALUES)
     assert ("matrix",) in _mutable_paths(BASES["epochs"], TRAINING_VALUES)
+    straggler = _mutable_paths(BASES["straggler"], TRAINING_VALUES)
+    for path in [("step_breakdown", "ranks", 0, "parts", "forward", "mean"),
+                 ("step_breakdown", "ranks", 0, "remainder_s"), ("straggler", "summary"),
+                 ("straggler", "host"), ("without_slowest", "speedup"),
+                 ("straggler_check", "note"), ("link_probe", "links", 0, "GBps")]:
+        assert path in straggler, path
+    assert ("step_breakdown",) in _mutable_paths(ONE_NODE, TRAINING_VALUES)
 
 
 @given(rec=hostile_records())
@@ -439,6 +450,13 @@ def test_the_longest_arrays_the_schema_allows_are_read_in_bounded_time(tmp_path)
 
     rec = _with(longest)
     uneven = _with(lambda r: r.update(procs_per_node=[1, 2] * (nodes // 2)))
+    # Every rank of the largest job the breakdown may describe: the report draws a bar per
+    # rank of it (at most plot.MAX_RANK_BARS) and a mean over all of them.
+    ranks = TRAINING_VALUES.at(("step_breakdown", "ranks"))["maxItems"]
+    many = with_breakdown(TWO_NODES)
+    many["step_breakdown"]["ranks"] = [dict(many["step_breakdown"]["ranks"][i % 4], rank=i)
+                                       for i in range(ranks)]
+    many["without_slowest"]["ranks"] = list(range(ranks))
     space = Workspace(tmp_path / "longest", _accepted(rec), beside=(_accepted(uneven),
                                                                     ONE_NODE, TWO_NODES))
     for main, argv in [(table.main, [space.runs]), (compare.main, [space.runs, space.runs]),
@@ -446,6 +464,13 @@ def test_the_longest_arrays_the_schema_allows_are_read_in_bounded_time(tmp_path)
                        (predict.main, [space.runs, "--link-from", space.comm]),
                        (plot.main, [space.runs, "--out-dir", space.out])]:
         assert _run(main, argv)[0] == 0
+    # Apart: its verbs' time is its own.
+    space = Workspace(tmp_path / "ranks", _accepted(many), beside=())
+    for main, argv in [(table.main, [space.runs]), (plot.main, [space.runs, "--out-dir",
+                                                                space.out])]:
+        assert _run(main, argv)[0] == 0
+    with mock.patch.object(plot, "charts", lambda *args, **kwargs: []):
+        assert _run(report.main, [space.runs])[0] == 0
 
 
 # --- the cases of issue 24: each refused, with a warning naming the file and line ----------

@@ -4,7 +4,10 @@
   topology, medians with the repeats' min-max as error bars;
 - ``<stem>-<workload>-efficiency.png``: scaling efficiency against device count, a line per
   batch size (100% is linear scaling);
-- ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology.
+- ``<stem>-<workload>-heatmap.png``: the metric over batch size x topology;
+- ``<stem>-<workload>-breakdown.png`` (records with issue 26's step breakdown): each cell's
+  step as stacked parts with the remainder; ``<stem>-slowest-ranks.png``: one bar per rank
+  of the run whose straggler costs the others most (``breakdown.slowest``).
 
 `bench table` links the plots it finds beside a results file. Each PNG carries the stack's
 mark (a text chunk): an existing chart is replaced, atomically, only when bench made it; a
@@ -22,6 +25,7 @@ import sys
 from pathlib import Path
 
 from bench import record
+from bench.analysis import breakdown
 from bench.analysis.table import FIELDS, device_of, metric_of, setup_label
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
@@ -176,11 +180,92 @@ def charts(results: Path, out_dir: Path | None = None,
                             color="black" if bright else "white")
         fig.colorbar(image, ax=ax, label=name)
         made.append((Path(f"{stem}-heatmap.png"), _png(fig)))
+    made += breakdown_charts(training, out_dir, results.stem)
     sweeps = [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
               and r.get("sizes")]
     if sweeps:
         made.append(plot_busbw(sweeps, out_dir / f"{results.stem}-allreduce-busbw.png"))
     return made
+
+
+# The charts of issue 26's step breakdown, by the end of their names: the report shows them
+# in its own section, with the straggler's text under them.
+BREAKDOWN_SUFFIXES = ("-breakdown.png", "-slowest-ranks.png")
+MAX_RANK_BARS = 32
+BREAKDOWN_CAPTION = (
+    "Each bar is one step (seconds): each part is the mean over ranks of that part's mean "
+    "(per cell, the median over repeats); the hatched part is the remainder, the step's "
+    "mean less the parts' sum, drawn below zero where the parts add up to more than the "
+    "step (they overlap, as communication hidden behind backward does).")
+RANKS_CAPTION = (
+    "One bar per rank of the run whose straggler costs the others the largest share of the "
+    "step (each part the rank's mean; hatched: its remainder); red: the named straggler. "
+    f"Past {MAX_RANK_BARS} ranks, the straggler and the slowest ranks only.")
+
+
+def breakdown_charts(training: list[dict], out_dir: Path,
+                     stem: str) -> list[tuple[Path, bytes]]:
+    """Per workload, a stacked bar of the step's parts per cell (batch x topology); and
+    one bar per rank of the slowest run (``breakdown.slowest``). Nothing for records
+    without a step breakdown."""
+    cells: dict[tuple, dict[tuple[int, Topology], list[breakdown.Bar]]] = {}
+    parts: dict[tuple, list[str]] = {}
+    for rec in training:
+        if rec.get("status") != "ok" or (bar := breakdown.mean_bar(rec, "")) is None:
+            continue
+        workload = tuple(FIELDS[f](rec) for f in WORKLOAD)
+        key = (rec["batch_size_per_device"], Topology.of_record(rec))
+        cells.setdefault(workload, {}).setdefault(key, []).append(bar)
+        known = parts.setdefault(workload, [])
+        known += [p for p in breakdown.parts_of(rec) if p not in known]
+    made = []
+    plt = pyplot() if cells else None
+    for workload, by_cell in cells.items():
+        order = sorted(by_cell, key=lambda k: (k[0], k[1].devices, k[1].nodes))
+        bars = [breakdown.median_bar(by_cell[k], f"b{k[0]}\n{k[1]}") for k in order]
+        fig = _stacked(plt, bars, parts[workload], " · ".join(str(v) for v in workload))
+        made.append((out_dir / f"{stem}-{_slug(workload)}{BREAKDOWN_SUFFIXES[0]}", _png(fig)))
+    slow = breakdown.slowest(training)
+    if slow is not None and plt is not None:
+        bars = breakdown.rank_bars(slow, MAX_RANK_BARS)
+        title = (f"per rank: {FIELDS['model'](slow)}, batch {slow['batch_size_per_device']}, "
+                 f"{Topology.of_record(slow)}")
+        fig = _stacked(plt, bars, breakdown.parts_of(slow), title,
+                       [breakdown.is_straggler(slow, bar) for bar in bars])
+        made.append((out_dir / f"{stem}{BREAKDOWN_SUFFIXES[1]}", _png(fig)))
+    return made
+
+
+def _stacked(plt, bars: list[breakdown.Bar], parts: list[str], title: str,
+             marked: list[bool] | None = None):
+    """Stacked bars of ``parts`` with the remainder hatched on top (below zero where it is
+    negative); the labels of ``marked`` bars in red."""
+    fig, ax = plt.subplots(figsize=(min(20.0, 0.7 * len(bars) + 5), 4.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    xs = list(range(len(bars)))
+    bottoms = [0.0] * len(bars)
+    for index, part in enumerate(parts):
+        heights = [bar.seconds.get(part, 0.0) for bar in bars]
+        ax.bar(xs, heights, bottom=bottoms, label=part, color=colours[index % len(colours)])
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    remainders = [bar.remainder_s for bar in bars]
+    ax.bar(xs, [max(r, 0.0) for r in remainders], bottom=bottoms, label="remainder",
+           color="white", edgecolor="grey", hatch="//")
+    if any(r < 0 for r in remainders):
+        ax.bar(xs, [min(r, 0.0) for r in remainders], color="white", edgecolor="grey",
+               hatch="\\\\", label="parts beyond the step")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(xs, [bar.label for bar in bars])
+    for label, red in zip(ax.get_xticklabels(), marked or [False] * len(bars), strict=True):
+        if red:
+            label.set_color("red")
+    ax.set(ylabel="seconds per step", title=title)
+    ax.grid(alpha=0.3, axis="y")
+    # Beside the axes: inside, the legend would hide the tops of the bars it explains.
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))   # top to bottom as the bars stack
+    return fig
 
 
 def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:

@@ -29,12 +29,13 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import record
-from bench.analysis import plot
+from bench.analysis import breakdown, plot
+from bench.analysis.plot import BREAKDOWN_CAPTION, RANKS_CAPTION
 from bench.analysis.table import (
-    CPU_HEADERS,
     DEFAULT_GROUP_BY,
-    HEADERS,
     NOT_SHOWN,
+    any_breakdown,
+    column_headers,
     device_of,
     group_tables,
     markdown_image,
@@ -200,11 +201,56 @@ def markdown(results: Path, records: list[dict], prediction: str | None = None,
         parts += ["## Scaling tables", "", render(training, "github"), "",
                   "## Communication", "", _markdown_table(communication(records), COMM_HEADERS),
                   ""]
+    steps, other_charts = _breakdown_charts(charts)
+    if any_breakdown(training):
+        parts += ["## Step breakdown", ""]
+        per_cell = [markdown_image(p.stem, p.name) for p, _ in steps if not _per_rank(p)]
+        parts += [*per_cell, "", BREAKDOWN_CAPTION] if per_cell else []
+        title, lines = breakdown_text(training)
+        if title:
+            parts += ["", f"### {markdown_text(title, LINE_LIMIT)}", ""]
+            per_rank = [p for p, _ in steps if _per_rank(p)]
+            if per_rank:
+                parts += [markdown_image(per_rank[0].stem, per_rank[0].name), "",
+                          RANKS_CAPTION, ""]
+            parts += [f"- {markdown_text(line, LINE_LIMIT)}" for line in lines]
+        elif not per_cell:
+            parts.append(NO_BREAKDOWN)
+        parts.append("")
     if prediction:
         parts += ["## Prediction", "", _code_block(prediction), ""]
-    if charts:
-        parts += ["## Plots", "", *[markdown_image(p.stem, p.name) for p, _ in charts], ""]
+    if other_charts:
+        parts += ["## Plots", "", *[markdown_image(p.stem, p.name) for p, _ in other_charts],
+                  ""]
     return "\n".join(parts)
+
+
+# The section's only line where records carry breakdown fields but no ok run drew one (the
+# fields were null: every such run failed).
+NO_BREAKDOWN = "no run that finished ok has a step breakdown"
+
+
+def _per_rank(path: Path) -> bool:
+    return path.name.endswith(plot.BREAKDOWN_SUFFIXES[1])
+
+
+def _breakdown_charts(charts: Sequence[tuple[Path, bytes]]) -> tuple[list, list]:
+    """``charts`` split: the step breakdown's (their own section), and the others."""
+    steps = [c for c in charts if c[0].name.endswith(plot.BREAKDOWN_SUFFIXES)]
+    return steps, [c for c in charts if c not in steps]
+
+
+def breakdown_text(training: list[dict]) -> tuple[str, list[str]]:
+    """The heading of the slowest run's per-rank chart (``breakdown.slowest``) and the lines
+    under it: who held the others up and what dropping its node would give, as plain text
+    (the caller escapes it: hosts and summaries come from the record). ("", []) without a
+    run of several ranks with a breakdown."""
+    slow = breakdown.slowest(training)
+    if slow is None:
+        return "", []
+    title = (f"Slowest run: {slow['config']['model']['model']}, batch "
+             f"{slow['batch_size_per_device']}, {_topology(slow)} (run {slow['run_id']})")
+    return title, breakdown.report_lines(slow) or ["no straggler check in this record"]
 
 
 LINE_LIMIT = 400  # characters of one summary line or provenance value in the Markdown
@@ -236,19 +282,30 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None,
             tabulate(provenance(records), tablefmt="html")]
     if training:
         body.append("<h2>Scaling tables</h2>")
+        slowest = any_breakdown(training)
         for key, rows, metric, cpu, note in group_tables(training, DEFAULT_GROUP_BY):
             title = " | ".join(f"{f} {v}" for f, v in zip(DEFAULT_GROUP_BY, key, strict=True))
-            headers = _headers(metric, cpu)
+            headers = column_headers(metric, cpu, slowest)
             body += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
                      tabulate(rows, headers=headers, tablefmt="html", disable_numparse=True)]
         body += ["<h2>Communication</h2>",
                  tabulate(communication(records), headers=COMM_HEADERS, tablefmt="html")]
+    steps, other_charts = _breakdown_charts(charts)
+    if any_breakdown(training):
+        body.append("<h2>Step breakdown</h2>")
+        body += [_figure(path, png, BREAKDOWN_CAPTION) for path, png in steps
+                 if not _per_rank(path)]
+        title, lines = breakdown_text(training)
+        if title:
+            body.append(f"<h3>{_html_text(title)}</h3>")
+            body += [_figure(path, png, RANKS_CAPTION) for path, png in steps
+                     if _per_rank(path)]
+            body += ["<ul>", *[f"<li>{_html_text(line)}</li>" for line in lines], "</ul>"]
+        elif not steps:
+            body.append(f"<p>{NO_BREAKDOWN}</p>")
     if prediction:
         body += ["<h2>Prediction</h2>", f"<pre>{esc(prediction)}</pre>"]
-    for path, png in charts:
-        data = base64.b64encode(png).decode()
-        body.append(f'<figure><img alt="{esc(path.stem)}" src="data:image/png;base64,{data}">'
-                    f"<figcaption>{esc(path.stem)}</figcaption></figure>")
+    body += [_figure(path, png, path.stem) for path, png in other_charts]
     style = ("body{font-family:sans-serif;max-width:72em;margin:2em auto}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;"
              "padding:.2em .6em;text-align:right}img{max-width:100%}")
@@ -258,9 +315,18 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None,
             f"<body>{''.join(body)}</body></html>\n")
 
 
-def _headers(metric: str, cpu: bool) -> list[str]:
-    headers = [h.format(metric=metric) for h in HEADERS]
-    return [CPU_HEADERS.get(h, h) for h in headers] if cpu else headers
+def _figure(path: Path, png: bytes, caption: str) -> str:
+    """A chart embedded in the page, its name as the alt text."""
+    data = base64.b64encode(png).decode()
+    return (f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _html_text(value: object, limit: int = LINE_LIMIT) -> str:
+    """Record text as HTML on one line: control, format and separator characters become
+    spaces, at most ``limit`` characters are kept, and ``< > & " '`` are escaped."""
+    text = "".join(" " if unicodedata.category(c) in NOT_SHOWN else c for c in str(value))
+    return html.escape(text if len(text) <= limit else text[:limit - 1] + "\u2026")
 
 
 def write(results: Path, records: list[dict] | None = None,

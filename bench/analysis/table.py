@@ -25,6 +25,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import record
+from bench.analysis import breakdown
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import Topology, parse_choices
@@ -62,6 +63,23 @@ MARKDOWN_FORMATS = ("markdown", "github")
 CPU_HEADERS = {"GPUs": "processes", "batch/GPU": "batch/process"}
 HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "speedup",
            "efficiency", "grad MB/step", "status")
+# After the status, where some record carries issue 26's step breakdown: the rank that held
+# the others up (breakdown.table_cell). Tables of older records keep their columns.
+SLOWEST_HEADER = "slowest rank"
+
+
+def column_headers(metric: str, cpu: bool, slowest: bool,
+                   extra: tuple[str, ...] = ()) -> list[str]:
+    """A table's column names: HEADERS with the metric's, the slowest-rank column where
+    ``slowest``, then the ``extra`` columns; CPU tables count processes, not GPUs."""
+    names = [h.format(metric=metric) for h in HEADERS] + [SLOWEST_HEADER] * slowest + \
+        list(extra)
+    return [CPU_HEADERS.get(h, h) for h in names] if cpu else names
+
+
+def any_breakdown(records: list[dict]) -> bool:
+    """Whether the slowest-rank column is shown: some record carries a step breakdown."""
+    return any(breakdown.has_breakdown(r) for r in records)
 
 
 # Markdown made from records: every string a record (or a file name) puts into Markdown goes
@@ -201,8 +219,10 @@ GroupTable = tuple[tuple, list[list], str, bool, str]
 
 def group_tables(records: list[dict], group_by: tuple[str, ...],
                  columns: tuple[str, ...] = ()) -> list[GroupTable]:
-    """One GroupTable per group, rows already formatted (the numbers as strings);
-    ``columns`` adds EXTRA_COLUMNS after the status."""
+    """One GroupTable per group, rows already formatted (the numbers as strings); the
+    slowest-rank column follows the status where ``any_breakdown(records)``, then
+    ``columns`` adds EXTRA_COLUMNS."""
+    slowest = any_breakdown(records)
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
     for rec in records:
         key = tuple(FIELDS[f](rec) for f in group_by)
@@ -242,7 +262,8 @@ def group_tables(records: list[dict], group_by: tuple[str, ...],
                          cell[0].get("batch_size_per_device", ""), global_batch,
                          _median_range(measured, 1 if higher_better else 2), speedup,
                          efficiency, f"{statistics.median(grads) / 1e6:.1f}" if grads else "",
-                         _status(cell), *[_extra(cell, c) for c in columns]])
+                         _status(cell), *[breakdown.table_cell(cell)] * slowest,
+                         *[_extra(cell, c) for c in columns]])
         note = (f"speedup against {base_topology} ({base_topology.devices} "
                 f"{'processes' if cpu else 'GPUs'}): no 1-device row"
                 if base_topology and base_topology.devices != 1 else "")
@@ -267,12 +288,12 @@ def setup_label(topology: Topology, cpu: bool) -> str:
 def render(records: list[dict], fmt: str = "markdown",
            group_by: tuple[str, ...] = DEFAULT_GROUP_BY, columns: tuple[str, ...] = ()) -> str:
     tables = group_tables(records, group_by, columns)
-    extra = [EXTRA_COLUMNS[c][0] for c in columns]
+    extra = tuple(EXTRA_COLUMNS[c][0] for c in columns)
+    slowest = any_breakdown(records)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([*group_by, "metric", *[h.format(metric="value") for h in HEADERS],
-                         *extra])
+        writer.writerow([*group_by, "metric", *column_headers("value", False, slowest, extra)])
         for key, rows, metric, _, _ in tables:
             for row in rows:
                 writer.writerow([*key, metric, *row])
@@ -283,10 +304,8 @@ def render(records: list[dict], fmt: str = "markdown",
     for key, rows, metric, cpu, note in tables:
         title = " | ".join(f"{f} {shown(v)}" for f, v in zip(group_by, key, strict=True))
         title += f"\n\n{shown(note)}" if note else ""
-        headers = [h.format(metric=metric) for h in HEADERS] + extra
-        if cpu:
-            headers = [CPU_HEADERS.get(h, h) for h in headers]
         cells = [[shown(cell) for cell in row] for row in rows]
+        headers = column_headers(metric, cpu, slowest, extra)
         parts.append(f"{title}\n\n" + tabulate(cells, headers=headers,
                                                 tablefmt=TABULATE_FORMATS[fmt],
                                                 disable_numparse=True))

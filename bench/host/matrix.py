@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench import record
 from bench.allreduce_config import AllreduceConfig
-from bench.analysis import report
+from bench.analysis import breakdown, report
 from bench.catalog import MODEL_NAMES
 from bench.config import (
     BACKENDS,
@@ -360,6 +360,14 @@ def _headline(rec: dict) -> str:
     return f"{rec['samples_per_s']:.1f} samples/s"
 
 
+def straggler_words(rec: dict) -> str:
+    """The end of a job's line when its record names a straggler (issue 26): where the
+    user watching the matrix sees which rank held the others up, without opening the
+    report; empty otherwise."""
+    words = breakdown.console_words(rec)
+    return f"; {words}" if words else ""
+
+
 def _eta(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s"
@@ -507,7 +515,11 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
               + f" {status}" + (f" ({rec['error']}; logs: {job.log_dir})" if status != "ok"
                                 else f", {_headline(rec)}")
               + (f" (but {rec['record_error']})" if rec.get("record_error") else "")
-              + f" in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
+              + f" in {outcome.seconds:.1f} s" + straggler_words(rec), file=sys.stderr,
+              flush=True)
+        if breakdown.without_slowest_line(rec):
+            print(f"[matrix]   {breakdown.without_slowest_line(rec)}", file=sys.stderr,
+                  flush=True)
         if status != "ok":
             failures.append((index, cell, repeat, rec))
     print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
