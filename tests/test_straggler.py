@@ -1,12 +1,14 @@
 """The straggler analysis on per-step figures: who is named, for what, and who is not."""
 from __future__ import annotations
 
+import functools
 import math
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import record
 from bench.analysis import straggler
 from bench.analysis.straggler import Link, RankSteps
 
@@ -154,6 +156,19 @@ def test_one_rank_has_a_breakdown_and_no_verdict():
     assert straggler.judge(ranks, "single") == straggler.Verdict(None, None, None)
 
 
+@functools.cache
+def _validator(field: str):
+    import jsonschema
+
+    full = record.schema("steps")
+    schema = {"$defs": full["$defs"], **full["properties"][field]}
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _accepted(field: str, value: object) -> None:
+    _validator(field).validate(value)
+
+
 seconds = st.floats(min_value=0, max_value=1e3, allow_nan=False, allow_infinity=False)
 
 
@@ -171,6 +186,11 @@ def test_any_figures_give_finite_bounded_answers(rows, strategy, link_rows, rate
              for i, (node, steps, parts) in enumerate(rows)]
     found = straggler.breakdown(ranks, strategy, "host_clock")
     verdict = straggler.judge(ranks, strategy, [Link(*row) for row in link_rows], rate)
+    # Whatever the analysis writes, the record's schema accepts (readers skip what it does not).
+    for field, value in {"step_breakdown": found, "straggler": verdict.straggler,
+                         "straggler_check": verdict.check,
+                         "without_slowest": verdict.without_slowest}.items():
+        _accepted(field, value)
     for row in (found or {}).get("ranks", []):
         assert all(math.isfinite(v) for part in row["parts"].values() for v in part.values())
         assert row["remainder_share"] is None or 0 <= row["remainder_share"] <= 1
@@ -179,3 +199,12 @@ def test_any_figures_give_finite_bounded_answers(rows, strategy, link_rows, rate
         assert verdict.straggler["excess_s"] >= 0
     if verdict.without_slowest:
         assert math.isfinite(verdict.without_slowest["samples_per_s"])
+
+
+def test_too_few_steps_are_said_not_judged():
+    ranks = job([0, 1], slow_rank=1, slowdown=3.0)
+    for rank in ranks:
+        rank.step_s = rank.step_s[:2]
+    verdict = straggler.judge(ranks, "ddp")
+    assert verdict.straggler is None and verdict.check["named"] is False
+    assert "2 timed step(s): too few" in verdict.check["note"]

@@ -31,6 +31,7 @@ THRESHOLD_SHARE = 0.05     # a straggler is at least 5% slower in its local work
 NOISE_SIGMAS = 3.0         # ... and that excess is 3 standard errors of its median
 LINK_OUTLIER = 1.5         # a node's links at 2/3 of the usual rate or less
 COMM_COST_SHARE = 0.05     # a slow link is named when it costs 5% of the step or more
+TINY = 1e-9                # below this a time or share is rounding, not a measurement
 MIN_STEPS = 3              # a median and a spread need a few steps
 MAD_TO_SIGMA = 1.4826      # the MAD of a normal sample times this is its standard deviation
 MEDIAN_SE = 1.2533         # the median's standard error is this times the mean's
@@ -59,6 +60,18 @@ class Link:
     from_node: int
     to_node: int
     seconds: float
+
+
+def _tidy(value):
+    """``value`` with every float below a nanosecond's size made 0: sums and differences of
+    equal times leave rounding dust (5e-17) that is no measurement (the schema refuses it)."""
+    if isinstance(value, float):
+        return 0.0 if abs(value) < TINY else value
+    if isinstance(value, dict):
+        return {key: _tidy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_tidy(item) for item in value]
+    return value
 
 
 def _median(values: Sequence[float]) -> float:
@@ -155,7 +168,7 @@ def breakdown(ranks: Sequence[RankSteps], strategy: str, stamped_by: str) -> dic
                      "parts": summaries, "parts_sum_s": parts_sum, "remainder_s": remainder,
                      "remainder_share": min(1.0, abs(remainder) / step_mean)
                      if step_mean > 0 else None})
-    return {"stamped_by": stamped_by, "strategy": strategy, "parts": names, "ranks": rows}
+    return _tidy({"stamped_by": stamped_by, "strategy": strategy, "parts": names, "ranks": rows})
 
 
 @dataclasses.dataclass
@@ -285,7 +298,7 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
                   f"{THRESHOLD_SHARE:.0%} and {NOISE_SIGMAS:g} standard errors, "
                   f"{late['noise_s'] * 1e3:.2f} ms)")
         check["note"] = f"{reason}; {link_note}" if link_note else reason
-        return Verdict(None, check, None)
+        return Verdict(None, _tidy(check), None)
     chosen = max(candidates, key=lambda c: c["cost_share"])
     rank = ranks[chosen["index"]]
     sign = "+" if chosen["part"] != "communication" else ""
@@ -302,7 +315,7 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
                                              chosen["part"] != "communication" else ""))
     without = _without_node(ranks, split, wire, rank.node, steps, samples_per_s,
                             chosen.get("link_times"), strategy)
-    return Verdict(straggler, check, without)
+    return Verdict(_tidy(straggler), _tidy(check), _tidy(without))
 
 
 def _without_node(ranks: Sequence[RankSteps], split: list[dict[str, list[float]]],
