@@ -142,11 +142,8 @@ class NetnsOptions:
                                max(1, (os.cpu_count() or 1) // max(1, self.lab_nodes)))
         hosts = max(1, self.lab_nodes)
         quotas = self.host_cpu_quota
-        if len(quotas) == 1:
-            quotas = quotas * hosts
-            object.__setattr__(self, "host_cpu_quota", quotas)
         shown = ",".join(f"{q:g}" for q in quotas)
-        if quotas and len(quotas) != hosts:
+        if len(quotas) > 1 and len(quotas) != hosts:
             raise ConfigError("--host-cpu-quota", shown, f"{len(quotas)} quotas for {hosts} "
                               f"emulated hosts (the most nodes of any cell): give one for "
                               f"all or one per host, {QUOTA_EXAMPLE}")
@@ -168,8 +165,14 @@ def _own_settings(options: NetnsOptions) -> str:
     parts = [f"host {rank} at {format_rate(rate)}"
              for rank, rate in enumerate(options.host_links) if rate]
     parts += [f"host {rank} held to {quota:g} CPU"
-              for rank, quota in enumerate(options.host_cpu_quota)]
+              for rank, quota in enumerate(quotas_per_host(options))]
     return f";\n# {', '.join(parts)}" if parts else ""
+
+
+def quotas_per_host(options: NetnsOptions) -> tuple[float, ...]:
+    """--host-cpu-quota as one quota per emulated host (one value holds every host)."""
+    quotas = options.host_cpu_quota
+    return quotas * max(1, options.lab_nodes) if len(quotas) == 1 else quotas
 
 
 class NetnsLauncher:
@@ -187,7 +190,7 @@ class NetnsLauncher:
         options = self.options
         return netlab.Lab(max(job.topology.nodes, options.lab_nodes), options.link_bps,
                           cpus_per_node=options.cpus_per_node,
-                          node_rates=options.host_links, cpu_quotas=options.host_cpu_quota)
+                          node_rates=options.host_links, cpu_quotas=quotas_per_host(options))
 
     def render(self, job: JobSpec) -> str:
         """The lab, then the line of every host in it (its namespace's name is the lab's
