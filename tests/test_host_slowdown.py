@@ -65,8 +65,8 @@ def test_the_lab_of_a_job_gets_each_hosts_quota_and_rate(two_cpus, tmp_path):
     ("half", "a fraction of one CPU"), ("", "a fraction of one CPU"),
     ("0.5,,0.5,0.5", "a fraction of one CPU"),
     ("0.5,0.5", "2 quotas for 4 emulated hosts"),
-    ("1.5", "0.01-1 CPUs"),          # four hosts on two CPUs: one CPU pinned to each
-    ("0.001", "0.01-1 CPUs"),        # below the kernel's least quota
+    ("1.5", "0.05-1 CPUs"),          # four hosts on two CPUs: one CPU pinned to each
+    ("0.01", "0.05-1 CPUs"),         # below the kernel's least quota (1 ms per period)
 ])
 def test_a_bad_quota_is_refused_naming_the_flag_the_value_and_the_fix(two_cpus, text, says):
     with pytest.raises(ConfigError) as caught:
@@ -95,7 +95,7 @@ def test_the_options_are_netns_only():
         registry.options_from("native", {"--host-cpu-quota": "0.5"}, FOUR_HOSTS, {})
 
 
-@given(st.lists(st.floats(min_value=0.01, max_value=1, allow_nan=False), min_size=1,
+@given(st.lists(st.floats(min_value=0.05, max_value=1, allow_nan=False), min_size=1,
                 max_size=8))
 def test_quotas_parse_back_from_their_text(quotas):
     text = ",".join(repr(q) for q in quotas)
@@ -189,8 +189,8 @@ def test_v1_a_quota_is_the_cfs_quota_per_period(tmp_path):
     mount = cgroups.find_mount(tmp_path)
     assert mount == cgroups.Mount(1, tmp_path / "cpu")
     path = cgroups.create(mount, "benchlab-1-abc-n2", 0.4)
-    assert (path / "cpu.cfs_period_us").read_text() == "100000\n"
-    assert (path / "cpu.cfs_quota_us").read_text() == "40000\n"
+    assert (path / "cpu.cfs_period_us").read_text() == "20000\n"
+    assert (path / "cpu.cfs_quota_us").read_text() == "8000\n"
 
 
 def test_v2_a_quota_is_cpu_max_and_the_parent_enables_the_controller(tmp_path):
@@ -198,7 +198,7 @@ def test_v2_a_quota_is_cpu_max_and_the_parent_enables_the_controller(tmp_path):
     mount = cgroups.find_mount(tmp_path)
     assert mount == cgroups.Mount(2, tmp_path)
     path = cgroups.create(mount, "benchlab-1-abc-n0", 0.25)
-    assert (path / "cpu.max").read_text() == "25000 100000\n"
+    assert (path / "cpu.max").read_text() == "5000 20000\n"
     assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"
 
 

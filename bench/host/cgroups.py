@@ -23,9 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
-# The kernel refuses a quota below 1 ms per period; a hundredth of a CPU is that at 100 ms.
-MIN_QUOTA = 0.01
+# A short period, so that a quota slows a host's every burst of work, as a slower CPU
+# would: at the kernel's default 100 ms, a step that computes for 30 ms and then waits on
+# the link would never reach a quota of 0.4 and never be slowed.
+PERIOD_US = 20_000
+# The kernel refuses a quota below 1 ms per period: a twentieth of a CPU at 20 ms.
+MIN_QUOTA = 0.05
 # Written to cgroup.procs by the process that joins, then it runs the node's argv ("$@",
 # no parsing: the path and the argv stay separate arguments).
 _JOIN_SCRIPT = 'printf "%s\\n" "$$" > "$1" && shift && exec "$@"'
