@@ -82,10 +82,11 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
         else True
 
 
-def _start_long_job(results) -> subprocess.Popen:
+def _start_long_job(results, *launcher_flags: str) -> subprocess.Popen:
     return subprocess.Popen(
-        _matrix("--topologies", "2x1", "--models", "smallcnn", "--batch-sizes", "8",
-                "--results", str(results), "--", "--steps", "100000", "--warmup-steps", "1"),
+        _matrix(*launcher_flags, "--topologies", "2x1", "--models", "smallcnn",
+                "--batch-sizes", "8", "--results", str(results), "--", "--steps", "100000",
+                "--warmup-steps", "1"),
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
 
@@ -122,10 +123,17 @@ def test_a_node_dying_midway_fails_the_job_and_removes_the_lab(lab_host, tmp_pat
     assert rec["status"] != "ok" and rec["failed_node"]["rank"] == 1
 
 
-def test_terminating_the_harness_removes_the_lab(lab_host, tmp_path):
-    job = _start_long_job(tmp_path / "runs.jsonl")
+@pytest.mark.parametrize("quota", [(), ("--host-cpu-quota", "0.5,0.75")],
+                         ids=["no-quota", "quota"])
+def test_terminating_the_harness_removes_the_lab(lab_host, tmp_path, quota):
+    job = _start_long_job(tmp_path / "runs.jsonl", *quota)
     try:
         _wait_for_training("-n0")
+        if quota:   # the node runs inside its cgroup (lab_host checks it is gone after)
+            from bench.host import cgroups
+
+            (name,) = [n for n in netlab.lab_cgroups() if n.endswith("-n0")]
+            assert cgroups.pids(cgroups.find_mount().path(name))
         job.send_signal(signal.SIGTERM)
         output, _ = job.communicate(timeout=120)
     finally:
