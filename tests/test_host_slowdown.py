@@ -157,7 +157,6 @@ def test_a_capped_node_joins_its_cgroup_before_entering_its_namespace(tmp_path):
     assert node.wrap(["true"])[:2] == ["ip", "netns"]
 
 
-@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
 def test_the_join_writes_its_own_pid_then_runs_the_command_unparsed(tmp_path):
     cgroup = tmp_path / "cg"
     cgroup.mkdir()
