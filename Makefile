@@ -24,7 +24,7 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
-  LINKS
+  LINKS N_CLEAN N_SLOW
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -87,7 +87,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -471,6 +471,19 @@ bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
 bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~50 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS"
+
+# Straggler detection (issue 26): the same 4-host job clean, and with host 2 slowed by a
+# CPU quota (25%, 10%) or its link at a tenth, interleaved; what each record named, tallied
+# (the script checks every setting and names the bad one).
+bench-straggler: LINK ?= 1gbit
+bench-straggler: MODEL ?= mlp
+bench-straggler: STEPS ?= 30
+bench-straggler: N_CLEAN ?= 20
+bench-straggler: N_SLOW ?= 10
+bench-straggler: RESULTS ?= results/straggler-$(RUN_TAG)
+bench-straggler: venv ## is the slow host named? 4 emulated hosts: clean x N_CLEAN (20), host 2 slowed (CPU 25%, 10%, link /10) x N_SLOW (10) each; root
+	$(PY) scripts/straggler_detection.py --link "$$MK_LINK" --model "$$MK_MODEL" \
+	  --steps "$$MK_STEPS" --n-clean "$$MK_N_CLEAN" --n-slow "$$MK_N_SLOW" --out "$$MK_RESULTS"
 
 # After bench-emulated's own default (2): a target's `?=` applies only where the variable is
 # not defined yet when make reads it.

@@ -109,7 +109,20 @@ def link() -> dict | None:
     share = _cpu_share(os.environ.get("BENCH_LINK_CPU_SHARE"))
     if share is not None:
         found["cpu_share"] = share
+    quota = _cpu_quota(os.environ.get("BENCH_LINK_CPU_QUOTA"))
+    if quota is not None:   # the host was held to it on purpose (a straggler made slow)
+        found["cpu_quota"] = quota
     return found
+
+
+def _cpu_quota(value: str | None) -> float | None:
+    """The emulated host's CPU quota in CPUs (0 < quota <= 1024), or None where unset or
+    not such a number."""
+    try:
+        quota = float(value) if value else None
+    except ValueError:
+        return None
+    return quota if quota is not None and 0 < quota <= 1024 else None
 
 
 def _cpu_share(value: str | None) -> float | None:

@@ -198,6 +198,17 @@ def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
     assert runs[runs.index("--repeats") + 1] == "2"  # the target's own default
 
 
+def test_bench_straggler_passes_each_setting_whole_with_its_defaults(fake_venv, marker):
+    proc = run_make("bench-straggler", f"VENV={fake_venv.path}", f"N_CLEAN=1;touch {marker}",
+                    "RESULTS=out/a b")
+    assert proc.returncode == 0, proc.stderr
+    (argv,) = [c for c in fake_venv.calls() if c[0] == "scripts/straggler_detection.py"]
+    assert argv[argv.index("--n-clean") + 1] == f"1;touch {marker}"   # the script refuses it
+    assert argv[argv.index("--out") + 1] == "out/a b"
+    assert [argv[argv.index(flag) + 1] for flag in ("--n-slow", "--link", "--model",
+                                                    "--steps")] == ["10", "1gbit", "mlp", "30"]
+
+
 # --- RESULTS defaults to the newest results file ----------------------------------------------
 @pytest.fixture
 def checkout(tmp_path):

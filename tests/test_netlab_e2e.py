@@ -28,6 +28,7 @@ def lab_host() -> None:
              "emulated links need root and iproute2 (ip, tc)")
     yield
     assert _ours() == [], "a lab namespace was left behind"
+    assert netlab.lab_cgroups() == [], "a lab cgroup was left behind"
 
 
 def _ours() -> list[str]:
@@ -81,10 +82,11 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
         else True
 
 
-def _start_long_job(results) -> subprocess.Popen:
+def _start_long_job(results, *launcher_flags: str) -> subprocess.Popen:
     return subprocess.Popen(
-        _matrix("--topologies", "2x1", "--models", "smallcnn", "--batch-sizes", "8",
-                "--results", str(results), "--", "--steps", "100000", "--warmup-steps", "1"),
+        _matrix(*launcher_flags, "--topologies", "2x1", "--models", "smallcnn",
+                "--batch-sizes", "8", "--results", str(results), "--", "--steps", "100000",
+                "--warmup-steps", "1"),
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
 
@@ -121,10 +123,17 @@ def test_a_node_dying_midway_fails_the_job_and_removes_the_lab(lab_host, tmp_pat
     assert rec["status"] != "ok" and rec["failed_node"]["rank"] == 1
 
 
-def test_terminating_the_harness_removes_the_lab(lab_host, tmp_path):
-    job = _start_long_job(tmp_path / "runs.jsonl")
+@pytest.mark.parametrize("quota", [(), ("--host-cpu-quota", "0.5,0.75")],
+                         ids=["no-quota", "quota"])
+def test_terminating_the_harness_removes_the_lab(lab_host, tmp_path, quota):
+    job = _start_long_job(tmp_path / "runs.jsonl", *quota)
     try:
         _wait_for_training("-n0")
+        if quota:   # the node runs inside its cgroup (lab_host checks it is gone after)
+            from bench.host import cgroups
+
+            (name,) = [n for n in netlab.lab_cgroups() if n.endswith("-n0")]
+            assert cgroups.pids(cgroups.find_mount().path(name))
         job.send_signal(signal.SIGTERM)
         output, _ = job.communicate(timeout=120)
     finally:
@@ -157,3 +166,52 @@ def test_uneven_nodes_behind_an_emulated_link(lab_host, tmp_path):
                            capture_output=True, text=True)
     rows = [line for line in table.stdout.splitlines() if line.startswith("| multi-node")]
     assert rows and "| 3 " in rows[0], table.stdout  # the device total: 3 processes
+
+
+# A fixed amount of CPU work, timed inside the process (its start-up is not counted).
+_SPIN = ("import time; t = time.perf_counter(); sum(i * i for i in range(1_500_000)); "
+         "print(time.perf_counter() - t)")
+
+
+def test_a_cpu_quota_slows_its_host_and_its_cgroup_goes_with_the_lab(lab_host):
+    def spin_on(node: netlab.Node) -> float:
+        done = subprocess.run(node.wrap([sys.executable, "-c", _SPIN]), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return float(done.stdout)
+
+    with netlab.Lab(2, 10**9, cpu_quotas=[None, 0.25]) as lab:
+        free, capped = lab.nodes
+        assert free.cgroup is None and capped.cgroup is not None
+        assert capped.cgroup.name == capped.namespace in netlab.lab_cgroups()
+        # One after the other, each on its own CPU: only the quota differs. Best of three,
+        # so that a busy moment on the shared machine does not decide.
+        free_s = min(spin_on(free) for _ in range(3))
+        capped_s = min(spin_on(capped) for _ in range(3))
+        assert lab.env(capped)["BENCH_LINK_CPU_QUOTA"] == "0.25"
+    # A quarter of a CPU: about four times as long; at least twice, whatever the noise.
+    assert capped_s > 2 * free_s, (free_s, capped_s)
+    assert capped.namespace not in netlab.lab_cgroups()
+
+
+def test_cgroups_of_dead_owners_are_cleaned(lab_host):
+    from bench.host import cgroups
+
+    dead = f"{netlab.PREFIX}-999999-abcdef-n1"   # no process 999999: a harness killed -9
+    cgroups.create(cgroups.find_mount(), dead, 0.5)
+    assert dead in netlab.lab_cgroups()
+    assert dead in netlab.clean()
+    assert dead not in netlab.lab_cgroups()
+
+
+def test_a_host_with_its_own_link_rate_is_shaped_at_both_ends(lab_host):
+    with netlab.Lab(2, 10**9, node_rates=[None, 10**8]) as lab:
+        def rate_of(namespace: str, device: str) -> str:
+            shown = subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "show",
+                                    "dev", device], capture_output=True, text=True).stdout
+            return shown.split(" rate ")[1].split()[0]
+
+        assert rate_of(lab.nodes[0].namespace, "eth0") == "1Gbit"
+        assert rate_of(lab.nodes[1].namespace, "eth0") == "100Mbit"
+        assert rate_of(lab.switch, "p1") == "100Mbit"
+        assert rate_of(lab.switch, "p0") == "1Gbit"

@@ -125,6 +125,8 @@ SAMPLES = {
     "--ssh-config": [str(EXAMPLE_ENV), "/no/such/config"],
     "--link": ["1gbit", "100mbit", "fast", "0"],
     "--cpus-per-node": ["1", "0", "x", "--1"],
+    "--host-cpu-quota": ["0.5", "0.5,0.4", "0.25,0.5,0.5", "0", "nan", "2"],
+    "--host-links": ["1gbit,100mbit", ",100mbit", "1gbit", ",,"],
     "--partition": ["gpu", "bad name", "-x"],
     "--account": ["lab-1", "a;b"],
     "--time-limit": ["30", "1:00:00", "ten", "10\n"],

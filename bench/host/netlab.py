@@ -10,10 +10,15 @@ and the switch port's egress toward the node), as a switch with ports of that ra
 be. netem is not in this kernel, so there is rate but no added delay. Each node is pinned
 to its own CPUs, so one core stands for one host.
 
+One host can be made slow for real, as a straggler is: its own link rate (``node_rates``:
+both ends of its link shaped at that rate), or a CPU quota (``cpu_quotas``: a fraction of
+one CPU, enforced by a cgroup per node that every process started on the node joins, see
+``bench.host.cgroups``).
+
 All traffic stays inside namespaces this module creates and removes: on success, on a
 failure, on Ctrl-C or SIGTERM (``Lab`` is a context manager), and, for a harness killed
-outright, on the next start, which removes the namespaces of dead owners (``clean``).
-Needs root and iproute2.
+outright, on the next start, which removes the namespaces of dead owners (``clean``). The
+cgroups of CPU quotas go the same ways. Needs root and iproute2.
 """
 from __future__ import annotations
 
@@ -23,10 +28,13 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
+from bench.host import cgroups
 from bench.shell import words
 from bench.units import format_rate, tc_rate
 
@@ -67,14 +75,24 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean(*, everything: bool = False) -> list[str]:
-    """Remove lab namespaces whose owner process is gone (all of ours with ``everything``)."""
+    """Remove lab namespaces and CPU-quota cgroups whose owner process is gone (all of ours
+    with ``everything``)."""
     removed = []
     for name in namespaces():
         owned = _OWNED.match(name)
         if owned and (everything or not _pid_alive(int(owned.group(1)))):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
             removed.append(name)
-    return removed
+    return removed + cgroups.clean_stale(_OWNED, _pid_alive, everything=everything)
+
+
+def lab_cgroups() -> list[str]:
+    """The names of the lab cgroups on this machine (none without a cpu controller)."""
+    try:
+        mount = cgroups.find_mount()
+    except cgroups.CgroupError:
+        return []
+    return [path.name for path, _owner in cgroups.owned(mount, _OWNED)]
 
 
 def tbf_burst(rate_bps: int) -> int:
@@ -97,17 +115,36 @@ class Node:
     namespace: str
     address: str
     cpus: list[int]
+    rate_bps: int
+    cpu_quota: float | None = None   # CPUs it may use (a fraction of one); None: no cap
+    cgroup: Path | None = None       # its quota's cgroup, once the lab is built
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` run inside this node's namespace, on its CPUs."""
-        return ["ip", "netns", "exec", self.namespace, "taskset", "-c",
-                ",".join(map(str, self.cpus)), *argv]
+        """``argv`` run inside this node's namespace, on its CPUs, within its quota."""
+        inside = ["ip", "netns", "exec", self.namespace, "taskset", "-c",
+                  ",".join(map(str, self.cpus)), *argv]
+        return cgroups.join_argv(self.cgroup, inside) if self.cgroup else inside
+
+
+def check_quotas(quotas: Sequence[float | None], nodes: int, cpus_per_node: int) -> None:
+    """LabError unless there is one quota per node, each None or a finite number of CPUs
+    in [cgroups.MIN_QUOTA, cpus_per_node]."""
+    if len(quotas) != nodes:
+        raise LabError(f"{len(quotas)} CPU quota(s) for {nodes} node(s): give one per node")
+    for rank, quota in enumerate(quotas):
+        if quota is not None and not cgroups.MIN_QUOTA <= quota <= cpus_per_node:
+            raise LabError(f"node {rank}'s CPU quota {quota!r}: must be in "
+                           f"{cgroups.MIN_QUOTA:g}-{cpus_per_node} (its pinned CPUs)")
 
 
 class Lab:
     """``with Lab(2, 1_000_000_000) as lab:`` -> lab.nodes[i].wrap(argv) runs on node i."""
 
-    def __init__(self, nodes: int, rate_bps: int, *, cpus_per_node: int | None = None):
+    def __init__(self, nodes: int, rate_bps: int, *, cpus_per_node: int | None = None,
+                 node_rates: Sequence[int | None] = (),
+                 cpu_quotas: Sequence[float | None] = ()):
+        """``node_rates``: a rate per node (None: ``rate_bps``); ``cpu_quotas``: a quota
+        per node in CPUs (None: none). Empty: every node at ``rate_bps``, no quotas."""
         if nodes < 1:
             raise LabError(f"a lab needs at least one node, not {nodes}")
         self.rate_bps = rate_bps
@@ -116,18 +153,30 @@ class Lab:
         self.switch = f"{tag}-sw"
         total = os.cpu_count() or 1
         per_node = cpus_per_node or max(1, total // nodes)
+        rates = list(node_rates) or [None] * nodes
+        quotas = list(cpu_quotas) or [None] * nodes
+        if len(rates) != nodes:
+            raise LabError(f"{len(rates)} link rate(s) for {nodes} node(s): give one per node")
+        check_quotas(quotas, nodes, per_node)
         self.nodes = [Node(rank, f"{tag}-n{rank}", f"{SUBNET}.{rank + 1}",
-                           [(rank * per_node + i) % total for i in range(per_node)])
+                           [(rank * per_node + i) % total for i in range(per_node)],
+                           rates[rank] or rate_bps, quotas[rank])
                       for rank in range(nodes)]
         self._created: list[str] = []
+        self._cgroups: list[Path] = []
 
     @property
     def master_addr(self) -> str:
         return self.nodes[0].address
 
     def describe(self) -> str:
+        own = [f"node {n.rank} at {format_rate(n.rate_bps)}" for n in self.nodes
+               if n.rate_bps != self.rate_bps]
+        own += [f"node {n.rank} held to {n.cpu_quota:g} CPU" for n in self.nodes
+                if n.cpu_quota is not None]
         return (f"{len(self.nodes)} namespace node(s) on a {format_rate(self.rate_bps)} "
-                f"switch (tbf), {len(self.nodes[0].cpus)} CPU(s) each")
+                f"switch (tbf), {len(self.nodes[0].cpus)} CPU(s) each"
+                + (f"; {', '.join(own)}" if own else ""))
 
     def __enter__(self) -> Lab:
         check_prerequisites()
@@ -147,9 +196,9 @@ class Lab:
         self._created.append(name)
         _ip("-n", name, "link", "set", "lo", "up")
 
-    def _shape(self, namespace: str, device: str) -> None:
+    def _shape(self, namespace: str, device: str, rate_bps: int) -> None:
         _run(["ip", "netns", "exec", namespace, "tc", "qdisc", "replace", "dev", device,
-              "root", "tbf", "rate", self.rate, "burst", str(tbf_burst(self.rate_bps)),
+              "root", "tbf", "rate", tc_rate(rate_bps), "burst", str(tbf_burst(rate_bps)),
               "latency", "50ms"])
 
     def _build(self) -> None:
@@ -165,20 +214,53 @@ class Lab:
             _ip("-n", node.namespace, "link", "set", INTERFACE, "up")
             _ip("-n", self.switch, "link", "set", port, "master", "br0")
             _ip("-n", self.switch, "link", "set", port, "up")
-            self._shape(node.namespace, INTERFACE)
-            self._shape(self.switch, port)
+            # Both ends, as a switch port of that rate would be: the node's egress and
+            # the switch's egress toward it.
+            self._shape(node.namespace, INTERFACE, node.rate_bps)
+            self._shape(self.switch, port, node.rate_bps)
+        self._build_cgroups()
+
+    def _build_cgroups(self) -> None:
+        if all(node.cpu_quota is None for node in self.nodes):
+            return
+        try:
+            mount = cgroups.find_mount()
+            for node in self.nodes:
+                if node.cpu_quota is None:
+                    continue
+                # Named as its namespace, so that clean() finds it by its owner's pid.
+                path = cgroups.create(mount, node.namespace, node.cpu_quota)
+                self._cgroups.append(path)
+                node.cgroup = path
+        except cgroups.CgroupError as error:
+            raise LabError(str(error)) from None
 
     def destroy(self) -> None:
-        """Delete every namespace made (their veths go with them). Safe to call twice."""
+        """Delete every namespace made (their veths go with them) and every cgroup. Safe
+        to call twice."""
         for name in reversed(self._created):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
         self._created.clear()
+        for path in reversed(self._cgroups):
+            if not cgroups.remove(path):
+                print(f"[netlab] warning: the cgroup {path} could not be removed; the next "
+                      "lab removes it", file=sys.stderr)
+        self._cgroups.clear()
+        for node in self.nodes:
+            node.cgroup = None
 
-    def env(self) -> dict[str, str]:
-        """What every node's processes need: gloo on the lab interface, the link's rate."""
-        return {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE,
-                "BENCH_LINK_RATE": self.rate, "BENCH_LINK_KIND": "emulated",
-                "BENCH_LINK_CPU_SHARE": f"{self.cpu_share:.6g}"}
+    def env(self, node: Node | None = None) -> dict[str, str]:
+        """What a node's processes need: gloo on the lab interface, its link's rate, its
+        share of its CPUs and its CPU quota (where it has one). Without ``node``: the
+        lab's own rate and share, as every node has them when none has its own."""
+        rate = tc_rate(node.rate_bps) if node else self.rate
+        share = self.share_of(node) if node else self.cpu_share
+        env = {"GLOO_SOCKET_IFNAME": INTERFACE, "NCCL_SOCKET_IFNAME": INTERFACE,
+               "BENCH_LINK_RATE": rate, "BENCH_LINK_KIND": "emulated",
+               "BENCH_LINK_CPU_SHARE": f"{share:.6g}"}
+        if node is not None and node.cpu_quota is not None:
+            env["BENCH_LINK_CPU_QUOTA"] = f"{node.cpu_quota:.6g}"
+        return env
 
     @property
     def cpu_share(self) -> float:
@@ -187,6 +269,14 @@ class Lab:
         total = os.cpu_count() or 1
         pinned = sum(len(node.cpus) for node in self.nodes)
         return min(1.0, total / pinned)
+
+    def share_of(self, node: Node) -> float:
+        """``node``'s share of its pinned CPUs: its quota over them where it has one (the
+        cgroup caps it there whatever its neighbours do; a quota above its fair share
+        still cannot take more than the CPUs give), else the lab's ``cpu_share``."""
+        if node.cpu_quota is None:
+            return self.cpu_share
+        return min(self.cpu_share, node.cpu_quota / len(node.cpus))
 
 
 @contextmanager

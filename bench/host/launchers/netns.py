@@ -14,15 +14,19 @@ job whose step waits on the link, and the job's nodes would then compute on idle
 the rest of it (two nodes on two CPUs computed twice as fast as the one-node baseline beside
 three busy neighbours, and the prediction read 11% low). Every node of every cell then
 computes beside the same number of busy hosts, as each node of the largest cell does.
+
+A host can be made slow on purpose, a straggler to detect: ``--host-cpu-quota`` caps each
+host's CPU time (a cgroup per host), ``--host-links`` gives hosts their own link rates.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
 
-from bench.host import contract, gpus, netlab
+from bench.host import cgroups, contract, gpus, netlab
 from bench.host.checks import preflight
 from bench.host.contract import NodeSpec
 from bench.host.launchers import native
@@ -31,12 +35,15 @@ from bench.host.launchers.flags import derived, launcher_flag
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, failed_to_start, run_nodes
 from bench.options import ConfigError, require_range
 from bench.topology import Topology
-from bench.units import parse_rate
+from bench.units import format_rate, parse_rate
+
+QUOTA_EXAMPLE = "e.g. 0.5 for every host, or one per host: 0.5,0.5,0.5,0.4"
+LINKS_EXAMPLE = ("e.g. 1gbit,1gbit,1gbit,100mbit, one per host (an empty one: --link's "
+                 "rate, as in ,,,100mbit)")
 
 
 def commands(lab: netlab.Lab, job: JobSpec, neighbours_results: Path) -> list[NodeCommand]:
     """The job's nodes on the lab's first hosts, then a neighbour on each spare host."""
-    env = lab.env()
     out = []
     for host in lab.nodes:
         in_job = host.rank < job.topology.nodes
@@ -49,7 +56,7 @@ def commands(lab: netlab.Lab, job: JobSpec, neighbours_results: Path) -> list[No
         # The node's CPUs are shared by its processes; torch would otherwise start a thread
         # per CPU of the machine in each.
         procs = job.topology.procs_on(min(host.rank, job.topology.nodes - 1))
-        env_of_node = {**env, "OMP_NUM_THREADS": str(max(1, len(host.cpus) // procs))}
+        env_of_node = {**lab.env(host), "OMP_NUM_THREADS": str(max(1, len(host.cpus) // procs))}
         if in_job:
             out.append(NodeCommand(host.rank, f"node{host.rank}", host.wrap(argv), env_of_node))
         else:
@@ -76,6 +83,32 @@ def neighbours_results(job: JobSpec) -> Path:
     return job.log_dir / "neighbours.jsonl"
 
 
+def parse_quotas(text: str, setting: str) -> tuple[float, ...]:
+    """``"0.5"`` or ``"0.5,0.5,0.5,0.4"``: CPUs per host, each a finite number > 0. How many
+    and how large the node count and pinned CPUs allow is NetnsOptions' check."""
+    quotas = []
+    for word in str(text).split(","):
+        try:
+            quota = float(word)
+        except ValueError:
+            raise ConfigError(setting, text or "''", f"a fraction of one CPU per host, "
+                              f"{QUOTA_EXAMPLE}") from None
+        if not math.isfinite(quota) or quota <= 0:
+            raise ConfigError(setting, text, f"each quota must be a finite number of CPUs "
+                              f"above 0, {QUOTA_EXAMPLE}")
+        quotas.append(quota)
+    return tuple(quotas)
+
+
+def parse_host_links(text: str, setting: str) -> tuple[int | None, ...]:
+    """``"1gbit,,,100mbit"``: a link rate per host in bits per second, None where empty
+    (the host keeps --link's rate)."""
+    words = [word.strip() for word in str(text).split(",")]
+    if not any(words):
+        raise ConfigError(setting, text or "''", f"a link rate per host, {LINKS_EXAMPLE}")
+    return tuple(parse_rate(word, setting) if word else None for word in words)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class NetnsOptions:
     """--launcher netns: every node in its own namespace behind a shaped link."""
@@ -86,6 +119,16 @@ class NetnsOptions:
     cpus_per_node: int | None = launcher_flag(
         None, "CPUs pinned to each node (default: this machine's CPUs divided by the most "
         "nodes of any cell)")
+    # CPUs each host may use, a fraction of one (a cgroup per host); one value: every host.
+    host_cpu_quota: tuple[float, ...] = launcher_flag(
+        (), "CPU quota of each emulated host, a fraction of one CPU: one value for every "
+        "host (0.5) or one per host (0.5,0.5,0.5,0.4); default: none",
+        parse=parse_quotas)
+    # A link rate per host (None: --link's); empty: every host at --link.
+    host_links: tuple[int | None, ...] = launcher_flag(
+        (), "a link rate per emulated host, both ends of its link shaped at it "
+        "(1gbit,1gbit,1gbit,100mbit; an empty entry keeps --link); default: --link for all",
+        parse=parse_host_links)
     lab_nodes: int = derived("most_nodes", 1)   # emulated hosts per job: the most of any cell
     visible_gpus: tuple[str, ...] = derived("visible_gpus", ())
 
@@ -97,6 +140,39 @@ class NetnsOptions:
         if self.cpus_per_node is None:
             object.__setattr__(self, "cpus_per_node",
                                max(1, (os.cpu_count() or 1) // max(1, self.lab_nodes)))
+        hosts = max(1, self.lab_nodes)
+        quotas = self.host_cpu_quota
+        shown = ",".join(f"{q:g}" for q in quotas)
+        if len(quotas) > 1 and len(quotas) != hosts:
+            raise ConfigError("--host-cpu-quota", shown, f"{len(quotas)} quotas for {hosts} "
+                              f"emulated hosts (the most nodes of any cell): give one for "
+                              f"all or one per host, {QUOTA_EXAMPLE}")
+        pinned = self.cpus_per_node or 1
+        for quota in quotas:
+            if not cgroups.MIN_QUOTA <= quota <= pinned:
+                raise ConfigError("--host-cpu-quota", shown, f"each quota must be in "
+                                  f"{cgroups.MIN_QUOTA:g}-{pinned} CPUs (the CPUs pinned "
+                                  "to each host; --cpus-per-node sets them)")
+        if self.host_links and len(self.host_links) != hosts:
+            raise ConfigError("--host-links", ",".join(
+                format_rate(r) if r else "" for r in self.host_links),
+                f"{len(self.host_links)} rates for {hosts} emulated hosts (the most nodes "
+                f"of any cell): give one per host, {LINKS_EXAMPLE}")
+
+
+def _own_settings(options: NetnsOptions) -> str:
+    """The hosts' own rates and CPU quotas, for the rendered header (empty: none)."""
+    parts = [f"host {rank} at {format_rate(rate)}"
+             for rank, rate in enumerate(options.host_links) if rate]
+    parts += [f"host {rank} held to {quota:g} CPU"
+              for rank, quota in enumerate(quotas_per_host(options))]
+    return f";\n# {', '.join(parts)}" if parts else ""
+
+
+def quotas_per_host(options: NetnsOptions) -> tuple[float, ...]:
+    """--host-cpu-quota as one quota per emulated host (one value holds every host)."""
+    quotas = options.host_cpu_quota
+    return quotas * max(1, options.lab_nodes) if len(quotas) == 1 else quotas
 
 
 class NetnsLauncher:
@@ -113,7 +189,8 @@ class NetnsLauncher:
         cell, so that every node computes beside the same number of busy hosts."""
         options = self.options
         return netlab.Lab(max(job.topology.nodes, options.lab_nodes), options.link_bps,
-                          cpus_per_node=options.cpus_per_node)
+                          cpus_per_node=options.cpus_per_node,
+                          node_rates=options.host_links, cpu_quotas=quotas_per_host(options))
 
     def render(self, job: JobSpec) -> str:
         """The lab, then the line of every host in it (its namespace's name is the lab's
@@ -121,8 +198,9 @@ class NetnsLauncher:
         options = self.options
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
-                "links (tc tbf);\n# nodes beyond the job's run an independent copy as "
-                "neighbours, started again each time it ends (see bench/netlab.py)\n"
+                "links (tc tbf)" + _own_settings(options) + ";\n# nodes beyond the job's "
+                "run an independent copy as neighbours, started again each time it ends "
+                "(see bench/netlab.py)\n"
                 + render_commands(commands(self.lab(job), job, neighbours_results(job))))
 
     def launch(self, job: JobSpec) -> JobOutcome:
