@@ -47,7 +47,9 @@ from bench.units import format_rate, parse_rate, tc_rate  # noqa: E402
 
 HOSTS = 4
 SLOW_NODE = 2          # the emulated host made slow (a middle one: neither the master nor last)
-FAIR_QUOTA = 0.5       # four hosts on two CPUs: each host's fair share of its pinned CPU
+FAIR_QUOTA = 0.3       # four hosts on two CPUs, two per CPU: 0.6 of each CPU, so that the quota binds
+# (at 0.5, and still at 0.4, the CPU itself was the limit: the other load on a CPU slowed its two
+# hosts up to 10% in clean runs, and a smaller quota slowed the one less than its factor)
 MODELS = ("mlp", "resnet18")
 # Per model: the batch and the trainer flags. The mlp's step is mostly compute (about
 # 0.3 s at half a CPU, 6% of it on the 1 Gbit/s link), so that a CPU quota slows it: at
@@ -114,7 +116,7 @@ def matrix_argv(condition: Condition, a: argparse.Namespace, out: Path) -> list[
             "--batch-sizes", str(a.batch_size or batch),
             "--results", str(results_of(out, condition.name)), "--",
             "--steps", str(a.steps), "--warmup-steps", str(a.warmup_steps),
-            "--log-every", "0", *model_flags]
+            "--log-every", "0", "--comm-probe-steps", "0", *model_flags]
 
 
 def measure(a: argparse.Namespace) -> int:
