@@ -215,3 +215,36 @@ def test_a_host_with_its_own_link_rate_is_shaped_at_both_ends(lab_host):
         assert rate_of(lab.nodes[1].namespace, "eth0") == "100Mbit"
         assert rate_of(lab.switch, "p1") == "100Mbit"
         assert rate_of(lab.switch, "p0") == "1Gbit"
+
+
+# Issue 26, the mechanism at test scale (`make bench-straggler` measures the rates): four
+# emulated hosts held to the same CPU quota, one of them slowed by the kernel's own means.
+STRAGGLER_JOB = ("--topologies", "4x1", "--models", "mlp", "--batch-sizes", "1024", "--",
+                 "--steps", "20", "--warmup-steps", "3", "--log-every", "0",
+                 "--comm-probe-steps", "0", "--mlp-width", "256", "--mlp-depth", "4")
+
+
+@pytest.mark.parametrize("condition, flags, named", [
+    ("clean", ["--host-cpu-quota", "0.3"], None),
+    # host 2 held to half its fair quota: twice as slow in compute
+    ("cpu", ["--host-cpu-quota", "0.3,0.3,0.15,0.3"], (2, "compute")),
+    ("link", ["--host-cpu-quota", "0.3", "--host-links", ",,100mbit,"], (2, "communication")),
+])
+def test_a_slow_host_is_named_and_a_clean_run_is_not(lab_host, tmp_path, condition, flags,
+                                                      named):
+    results = tmp_path / f"{condition}.jsonl"
+    proc = subprocess.run(_matrix(*flags, "--results", str(results), *STRAGGLER_JOB),
+                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = list(record.read(results))
+    assert_breakdown(rec)
+    found = rec["straggler"]
+    if named is None:
+        assert found is None, found
+        assert rec["straggler_check"]["note"].startswith("ranks agree")
+        return
+    assert (found["node"], found["part"]) == named, found
+    assert f"straggler rank {found['rank']} (node 2)" in proc.stderr, "on the job's line"
+    assert rec["without_slowest"]["node"] == 2
+    if found["part"] == "communication":
+        assert rec["link_probe"]["slow_node"] == 2
