@@ -54,9 +54,12 @@ def commands(lab: netlab.Lab, job: JobSpec, neighbours_results: Path) -> list[No
                                       master_port=node.master_port,
                                       results=str(node.results.resolve()))
         # The node's CPUs are shared by its processes; torch would otherwise start a thread
-        # per CPU of the machine in each.
+        # per CPU of the machine in each. A quota is the CPUs the node may use: threads
+        # beyond it would only take turns, each burst cut short by the quota.
         procs = job.topology.procs_on(min(host.rank, job.topology.nodes - 1))
-        env_of_node = {**lab.env(host), "OMP_NUM_THREADS": str(max(1, len(host.cpus) // procs))}
+        usable = len(host.cpus) if host.cpu_quota is None \
+            else min(len(host.cpus), max(1, int(host.cpu_quota)))
+        env_of_node = {**lab.env(host), "OMP_NUM_THREADS": str(max(1, usable // procs))}
         if in_job:
             out.append(NodeCommand(host.rank, f"node{host.rank}", host.wrap(argv), env_of_node))
         else:
