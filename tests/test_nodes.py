@@ -98,3 +98,16 @@ def test_stopping_a_node_reaches_a_rank_in_its_own_session_that_ignores_sigterm(
     while _alive(rank_pid) and time.monotonic() < until:
         time.sleep(0.1)
     assert not _alive(rank_pid), "the stopped rank outlived its node"
+
+
+def test_a_host_held_to_a_quota_runs_as_many_threads_as_the_quota_holds_cpus(tmp_path):
+    """Threads beyond a quota's CPUs would only take turns inside it."""
+    lab = netlab.Lab(2, 10**9, cpus_per_node=2, cpu_quotas=[0.3, 1.5])
+    free = netlab.Lab(2, 10**9, cpus_per_node=2)
+    job = JobSpec(job_id="job", module="bench.rank.train", workload_args=("--steps", "3"),
+                  topology=Topology(2, 1), master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "runs.jsonl", log_dir=tmp_path, deadline_s=60)
+    held = netns.commands(lab, job, tmp_path / "neighbours.jsonl")
+    assert [c.env["OMP_NUM_THREADS"] for c in held] == ["1", "1"]
+    unheld = netns.commands(free, job, tmp_path / "neighbours.jsonl")
+    assert [c.env["OMP_NUM_THREADS"] for c in unheld] == ["2", "2"]
