@@ -178,6 +178,7 @@ class Verdict:
     straggler: dict | None
     check: dict | None
     without_slowest: dict | None
+    slow_link_node: int | None = None   # the node the link probe found slow, named or not
 
 
 def _others_median(columns: list[list[float]], index: int) -> list[float]:
@@ -298,7 +299,7 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
                   f"{THRESHOLD_SHARE:.0%} and {NOISE_SIGMAS:g} standard errors, "
                   f"{late['noise_s'] * 1e3:.2f} ms)")
         check["note"] = f"{reason}; {link_note}" if link_note else reason
-        return Verdict(None, _tidy(check), None)
+        return Verdict(None, _tidy(check), None, slow[0] if slow else None)
     chosen = max(candidates, key=lambda c: c["cost_share"])
     rank = ranks[chosen["index"]]
     sign = "+" if chosen["part"] != "communication" else ""
@@ -313,15 +314,13 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
     check.update(named=True, rank=rank.rank,
                  note=f"named: {summary}" + (f"; {link_note}" if link_note and
                                              chosen["part"] != "communication" else ""))
-    without = _without_node(ranks, split, wire, rank.node, steps, samples_per_s,
-                            chosen.get("link_times"), strategy)
-    return Verdict(_tidy(straggler), _tidy(check), _tidy(without))
+    without = _without_node(ranks, wire, rank.node, steps, samples_per_s,
+                            chosen.get("link_times"))
+    return Verdict(_tidy(straggler), _tidy(check), _tidy(without), slow[0] if slow else None)
 
 
-def _without_node(ranks: Sequence[RankSteps], split: list[dict[str, list[float]]],
-                  wire: list[list[float]], node: int, steps: int,
-                  samples_per_s: float | None, link_times: float | None,
-                  strategy: str) -> dict | None:
+def _without_node(ranks: Sequence[RankSteps], wire: list[list[float]], node: int, steps: int,
+                  samples_per_s: float | None, link_times: float | None) -> dict | None:
     """The job without ``node``'s ranks: per step, the slowest remaining rank's local work
     plus the wire time, scaled to one node fewer on the ring (and to the usual link where
     the dropped node's link was the slow one). Throughput scales with the ranks left."""

@@ -99,8 +99,7 @@ def stragglers(result: LoopResult, step_parts: list[dict[str, float]], ctx: Dist
                  for link in (links or {}).get("links", [])]
     verdict = straggler.judge(ranks, strategy, link_list, rec.get("samples_per_s"))
     if links is not None:
-        found = straggler.slow_link(link_list, len({r.node for r in ranks}))
-        links = {**links, "slow_node": found[0] if found else None}
+        links = {**links, "slow_node": verdict.slow_link_node}
     return {"step_breakdown": straggler.breakdown(ranks, strategy, stamped_by),
             "straggler": verdict.straggler, "straggler_check": verdict.check,
             "without_slowest": verdict.without_slowest, "link_probe": links}
