@@ -137,7 +137,9 @@ def test_native_matrix_runs_every_cell_with_table_and_plot(native_matrix):
                            capture_output=True, text=True, timeout=120)
     assert plots.returncode == 0, plots.stderr
     pngs = [results.parent / line for line in plots.stdout.split()]
-    assert len(pngs) == 3
+    # metric, efficiency and heatmap per workload; the step breakdown per workload and the
+    # per-rank bars of the run whose straggler cost most (issue 26)
+    assert len(pngs) == 5 and sum("breakdown" in p.name for p in pngs) == 1
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 

@@ -43,12 +43,15 @@ def _named(node: int, part: str, share: float = 0.2) -> dict:
 
 
 def test_each_slowed_condition_holds_host_2_back_by_its_factor():
-    assert BY_NAME["clean"].quotas == (0.5,) * 4
-    assert BY_NAME["cpu25"].quotas[2] == pytest.approx(0.4)
-    assert BY_NAME["cpu10"].quotas[2] == pytest.approx(0.5 / 1.1)
-    assert BY_NAME["link10"].flags(10**9) == ["--host-cpu-quota", "0.5,0.5,0.5,0.5",
+    fair = sd.FAIR_QUOTA
+    assert BY_NAME["clean"].quotas == (fair,) * 4
+    assert BY_NAME["cpu25"].quotas[2] == pytest.approx(fair / 1.25)
+    assert BY_NAME["cpu10"].quotas[2] == pytest.approx(fair / 1.1)
+    every = ",".join([f"{fair:g}"] * 4)
+    assert BY_NAME["link10"].flags(10**9) == ["--host-cpu-quota", every,
                                               "--host-links", ",,100mbit,"]
-    assert BY_NAME["cpu25"].flags(10**9) == ["--host-cpu-quota", "0.5,0.5,0.4,0.5"]
+    assert BY_NAME["cpu25"].flags(10**9) == [
+        "--host-cpu-quota", f"{fair:g},{fair:g},{fair / 1.25:.6g},{fair:g}"]
 
 
 def test_the_matrix_argv_is_the_4_host_job_with_the_conditions_flags(tmp_path):

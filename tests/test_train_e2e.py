@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from bench import manifest
+from bench.analysis import straggler
 from bench.rank import train
 from bench.rank.loop import Trainer
 from conftest import dump, free_port, launch, validate
@@ -94,11 +95,11 @@ def test_oom_inside_a_step_writes_an_oom_record(tmp_path, monkeypatch, capsys):
     calls = {"n": 0}
     real_step = Trainer.step
 
-    def step_then_oom(self, batches):
+    def step_then_oom(self, batches, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-        return real_step(self, batches)
+        return real_step(self, batches, **kwargs)
 
     monkeypatch.setattr(Trainer, "step", step_then_oom)
     results = tmp_path / "runs.jsonl"
@@ -244,7 +245,7 @@ def test_every_rank_step_breakdown_adds_up(tmp_path, strategy):
         assert sum(p["mean"] for p in row["parts"].values()) == pytest.approx(
             row["parts_sum_s"])
     assert found["ranks"][0]["step_s"]["p50"] == pytest.approx(rec["step_time_s"]["p50"])
-    assert rec["straggler_check"]["threshold_share"] == 0.05
+    assert rec["straggler_check"]["threshold_share"] == straggler.THRESHOLD_SHARE
     if rec["straggler"] is None:
         assert rec["straggler_check"]["note"].startswith("ranks agree")
     assert rec["link_probe"] is None and rec["without_slowest"] is None   # one node
