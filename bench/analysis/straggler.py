@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 
 # A straggler's local work is at least 8% above the others'. Emulated hosts held to the same
-# CPU quota differed by up to 6.5% in clean runs; a host slowed by 10% came out 10-16% over.
+# CPU quota differed by up to 7.8% in clean runs; a host slowed by 10% came out 7.5-16% over.
 THRESHOLD_SHARE = 0.08
 NOISE_SIGMAS = 3.0         # ... and that excess is 3 standard errors of its median
 LINK_OUTLIER = 1.5         # a node's links at 2/3 of the usual rate or less
