@@ -238,11 +238,12 @@ def test_stale_cgroups_of_dead_owners_are_removed_and_live_ones_kept(tmp_path):
 
 
 def test_removal_ends_a_process_left_in_the_cgroup_first(tmp_path):
-    path = cgroups.create(cgroups.find_mount(_v2(tmp_path)), "benchlab-1-a-n0", 1)
+    mount = cgroups.find_mount(_v2(tmp_path))
+    path = cgroups.create(mount, "benchlab-1-a-n0", 1)
     straggler = subprocess.Popen(["sleep", "60"])
     try:
         (path / "cgroup.procs").write_text(f"{straggler.pid}\n")
-        assert cgroups.remove(path, rmdir=_kernel_like_rmdir(straggler))
+        assert cgroups.remove(mount, path, rmdir=_kernel_like_rmdir(straggler))
         assert straggler.wait(timeout=5) == -9 and not path.exists()
     finally:
         if straggler.poll() is None:
@@ -262,3 +263,22 @@ def test_a_failed_write_names_the_file_and_the_value(tmp_path):
     (cpu / "benchlab-1-a-n0").mkdir()
     with pytest.raises(cgroups.CgroupError, match="creating the cgroup"):
         cgroups.create(cgroups.find_mount(tmp_path), "benchlab-1-a-n0", 0.5)
+
+
+def test_only_a_cgroup_directly_under_the_mount_is_removed_or_emptied(tmp_path):
+    """remove() kills what is in the cgroup and deletes it: a path that resolves anywhere
+    else (a link, a nested or outside directory) is refused before anything happens."""
+    mount = cgroups.find_mount(_v2(tmp_path / "cg"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mount.base / "benchlab-1-a-n0").symlink_to(elsewhere)
+    nested = mount.base / "a" / "benchlab-1-a-n1"
+    nested.mkdir(parents=True)
+    for bad in (mount.base / "benchlab-1-a-n0", nested, elsewhere, mount.base,
+                mount.base / "x" / ".." / ".."):
+        with pytest.raises(cgroups.CgroupError, match="nothing was removed"):
+            cgroups.remove(mount, bad, rmdir=_fake_rmdir)
+    assert elsewhere.is_dir() and nested.is_dir()
+    for bad_name in ("", ".", "..", "a/b"):
+        with pytest.raises(cgroups.CgroupError, match="one path component"):
+            mount.path(bad_name)

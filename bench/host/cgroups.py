@@ -46,7 +46,16 @@ class Mount:
     base: Path     # v1: the cpu hierarchy (/sys/fs/cgroup/cpu); v2: the unified root
 
     def path(self, name: str) -> Path:
+        """The cgroup ``name`` directly under the base: one path component, or CgroupError."""
+        if not name or name in (".", "..") or "/" in name or "\0" in name:
+            raise CgroupError(f"a cgroup name must be one path component, not {name!r}")
         return self.base / name
+
+    def holds(self, cgroup: Path) -> bool:
+        """Whether ``cgroup``, resolved (links followed), is a directory directly under the
+        base resolved: what ``remove`` may empty and delete, and nothing else."""
+        resolved = cgroup.resolve()
+        return resolved.parent == self.base.resolve() and resolved.name == cgroup.name
 
 
 def find_mount(root: Path = CGROUP_ROOT) -> Mount:
@@ -122,11 +131,15 @@ def _rmdir(path: Path) -> None:
     os.rmdir(path)
 
 
-def remove(cgroup: Path, *, wait_s: float = 5.0, rmdir: Callable[[Path], None] | None = None
-           ) -> bool:
-    """Remove ``cgroup``. A process still in it is one the lab started that outlived its
-    job (the launcher stops every node first): it is killed, since a cgroup with members
-    cannot be removed. True when the cgroup is gone."""
+def remove(mount: Mount, cgroup: Path, *, wait_s: float = 5.0,
+           rmdir: Callable[[Path], None] | None = None) -> bool:
+    """Remove ``cgroup``, once it is proven to lie directly under ``mount`` (CgroupError
+    otherwise, and nothing killed or removed). A process still in it is one the lab started
+    that outlived its job (the launcher stops every node first): it is killed, since a
+    cgroup with members cannot be removed. True when the cgroup is gone."""
+    if not mount.holds(cgroup):
+        raise CgroupError(f"{cgroup} resolves to {cgroup.resolve()}, not a cgroup directly "
+                          f"under {mount.base.resolve()}: nothing was removed")
     rmdir = rmdir or _rmdir
     deadline = time.monotonic() + wait_s
     while True:
@@ -172,6 +185,6 @@ def clean_stale(pattern: re.Pattern[str], alive: Callable[[int], bool], *,
         return []
     removed = []
     for path, owner in owned(mount, pattern):
-        if (everything or not alive(owner)) and remove(path, rmdir=rmdir):
+        if (everything or not alive(owner)) and remove(mount, path, rmdir=rmdir):
             removed.append(path.name)
     return removed

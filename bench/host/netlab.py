@@ -163,7 +163,7 @@ class Lab:
                            rates[rank] or rate_bps, quotas[rank])
                       for rank in range(nodes)]
         self._created: list[str] = []
-        self._cgroups: list[Path] = []
+        self._cgroups: list[tuple[cgroups.Mount, Path]] = []
 
     @property
     def master_addr(self) -> str:
@@ -230,7 +230,7 @@ class Lab:
                     continue
                 # Named as its namespace, so that clean() finds it by its owner's pid.
                 path = cgroups.create(mount, node.namespace, node.cpu_quota)
-                self._cgroups.append(path)
+                self._cgroups.append((mount, path))
                 node.cgroup = path
         except cgroups.CgroupError as error:
             raise LabError(str(error)) from None
@@ -241,8 +241,8 @@ class Lab:
         for name in reversed(self._created):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
         self._created.clear()
-        for path in reversed(self._cgroups):
-            if not cgroups.remove(path):
+        for mount, path in reversed(self._cgroups):
+            if not cgroups.remove(mount, path):
                 print(f"[netlab] warning: the cgroup {path} could not be removed; the next "
                       "lab removes it", file=sys.stderr)
         self._cgroups.clear()
