@@ -285,7 +285,9 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
         cost = _median(waits) / step_median if step_median > 0 and waits else 0.0
         candidates.append({"index": index, "part": cause, "excess_s": excess,
                            "excess_share": share, "cost_share": min(1.0, max(0.0, cost))})
-    slow = slow_link(links, len(nodes))
+    # Only links between this job's nodes (a probe of other nodes would name no rank).
+    slow = slow_link([link for link in links
+                      if link.from_node in nodes and link.to_node in nodes], len(nodes))
     link_note = ""
     if slow is not None:
         node, times = slow
