@@ -38,7 +38,7 @@ class FakeTrainer:
     def __init__(self) -> None:
         self.steps = 0
 
-    def step(self, batches, *, sync: bool = True):
+    def step(self, batches, *, sync: bool = True, parts=None):
         next(batches)
         self.steps += 1
         time.sleep(0.002)

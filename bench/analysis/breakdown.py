@@ -15,8 +15,11 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from bench.analysis.straggler import CAUSES
+
 BREAKDOWN_FIELDS = ("step_breakdown", "straggler", "straggler_check", "without_slowest")
-STRAGGLER_PARTS = ("data", "h2d", "compute", "optimizer", "communication")
+# The causes the analysis names a straggler for (bench.analysis.straggler).
+STRAGGLER_PARTS = (*CAUSES, "communication")
 
 
 def _section(rec: dict, name: str) -> dict:

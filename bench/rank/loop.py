@@ -170,7 +170,7 @@ def _timed_steps(trainer: Trainer, batches: Iterator[Batch], count: int, clock: 
         observer.begin_step(marks[-1])
         if parts:
             parts.begin(marks[-1])
-        loss, waited = trainer.step(batches, parts=parts) if parts else trainer.step(batches)
+        loss, waited = trainer.step(batches, parts=parts)
         marks.append(clock.mark())
         if parts:
             parts.end()
