@@ -8,9 +8,9 @@ The same small 4-host job (``bench matrix --launcher netns --topologies 4x1``, 4
 hosts on this machine's CPUs) runs in four conditions, interleaved so that the machine's
 drift over the run reaches each alike:
 
-  clean     every host held to the same CPU quota (0.5: four hosts on two CPUs)  x N_CLEAN
-  cpu25     host 2 at a 25% slowdown: its quota 0.5 / 1.25 = 0.4                 x N_SLOW
-  cpu10     host 2 at a 10% slowdown: its quota 0.5 / 1.1                        x N_SLOW
+  clean     every host held to the same CPU quota (0.3: four hosts on two CPUs)  x N_CLEAN
+  cpu25     host 2 at a 25% slowdown: its quota 0.3 / 1.25 = 0.24                x N_SLOW
+  cpu10     host 2 at a 10% slowdown: its quota 0.3 / 1.1                        x N_SLOW
   link10    host 2's link at a tenth of --link (both ends shaped)                x N_SLOW
 
 The quota makes the clean hosts equal (each capped at its fair share, not at whatever its
