@@ -87,7 +87,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
+        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler accept bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -316,6 +316,18 @@ bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node 
 	@$(check_hosts)
 	@launcher=(--launcher ssh); \
 	$(matrix_run)
+
+# Acceptance (issue 27): HOSTS=h1,h2[,...] over SSH, one node per host with GPUS_PER_NODE
+# processes; without HOSTS, four emulated hosts on this machine behind LINK (root).
+accept: RESULTS ?= results/accept-$(RUN_TAG)
+accept: LINK ?= 1gbit
+accept: export BENCH_LAUNCHER_HOSTS = $(HOSTS)
+accept: export BENCH_LAUNCHER_RUNTIME = $(RUNTIME)
+accept: venv ## does the cluster work? PASS/WARN/FAIL per device, link and the whole job: HOSTS=h1,h2 over SSH, else 4 emulated hosts (LINK, root)
+	@if [ -n "$$MK_HOSTS" ]; then $(check_hosts) || exit 2; \
+	  launcher=(--launcher ssh --nodes $(host_count) --gpus "$${MK_GPUS_PER_NODE:-1}"); \
+	else launcher=(--launcher netns --link "$$MK_LINK" --nodes 4); fi; \
+	$(PY) -m bench accept --out "$$MK_RESULTS" "$${launcher[@]}"
 
 # Slurm: each repeat one batch job, one srun task per node (see README, "On Slurm").
 PARTITION ?=

@@ -10,6 +10,8 @@ VERBS = {
     "matrix": ("bench.host.matrix", "run the batch-size x topology matrix, a fresh job per repeat"),
     "allreduce": ("bench.rank.allreduce", "all-reduce busbw sweep, nccl-tests style (torchrun)"),
     "doctor": ("bench.host.doctor", "preflight checks of the hosts of a multi-node job"),
+    "accept": ("bench.host.accept", "does the cluster work? a verdict per device, link and "
+               "data path"),
     "compose": ("bench.host.compose_command", "run one job through Compose, a project per node"),
     "slurm": ("bench.host.slurm_script", "print one job's sbatch script (bench slurm script ...)"),
     "k8s": ("bench.host.k8s_render", "one job's Kubernetes manifests (bench k8s render ...)"),

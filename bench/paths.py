@@ -12,6 +12,7 @@ Three rules from the project's safety promises live here and only here:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -108,16 +109,27 @@ def check_results_beside_reports(path: Path, setting: str) -> None:
 # user's notes.md beside notes.jsonl lacks it, so it is never written over.
 OWNED_MARK = "written by python -m bench; replaced on every run"
 MARK_COMMENT = f"<!-- {OWNED_MARK} -->"   # the first line of every .md and .html made
+HASH_MARK = f"# {OWNED_MARK}"             # ... of a text file whose comments start with #
 PNG_MARK_KEY = "bench"                     # a PNG tEXt chunk: key, then OWNED_MARK
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _HEAD = 4096  # the mark lies within a file's first bytes (a PNG's text chunks come first)
+
+
+# A JSON file the stack made opens with the mark as its first member: {"written_by": MARK.
+_JSON_MARK = re.compile(rb'\{\s*"written_by"\s*:\s*"' + re.escape(OWNED_MARK.encode()) + rb'"')
+
+
+def owned_json(data: dict) -> str:
+    """``data`` as a JSON document that ``write_output`` accepts: the mark first."""
+    return json.dumps({"written_by": OWNED_MARK, **data}, indent=1, allow_nan=False) + "\n"
 
 
 def _is_owned(head: bytes) -> bool:
     """Whether the first bytes of a file are those of a file the stack made."""
     if head.startswith(_PNG_SIGNATURE):
         return b"tEXt" + PNG_MARK_KEY.encode() + b"\0" + OWNED_MARK.encode() in head
-    return head.startswith(MARK_COMMENT.encode())
+    return (head.startswith(MARK_COMMENT.encode()) or head.startswith(HASH_MARK.encode())
+            or bool(_JSON_MARK.match(head)))
 
 
 OUTPUT_FIX = "choose another output path"

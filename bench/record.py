@@ -33,8 +33,11 @@ SCHEMA_VERSION = 1
 MARKER = "==> bench-record <=="
 SCHEMA_PATH = Path(__file__).with_name("record.schema.json")
 ALLREDUCE_SCHEMA_PATH = Path(__file__).with_name("allreduce.schema.json")
+ACCEPT_SCHEMA_PATH = Path(__file__).with_name("accept.schema.json")
 TRAINING_MODES = ("steps", "epochs")
-MODES = (*TRAINING_MODES, "allreduce")
+# Each non-training mode's own schema file; they share the training record's env block.
+OTHER_SCHEMAS = {"allreduce": ALLREDUCE_SCHEMA_PATH, "accept": ACCEPT_SCHEMA_PATH}
+MODES = (*TRAINING_MODES, *OTHER_SCHEMAS)
 STATUSES = ("ok", "oom", "error", "timeout")
 # Per file, the skipped lines warned about one by one; the rest are counted in one line.
 MAX_WARNINGS = 20
@@ -344,21 +347,25 @@ def training(records) -> list[dict]:
 
 def schema(mode: str = "steps") -> dict:
     """The JSON schema of a record of ``mode`` (a copy: the caller may change it). The
-    all-reduce schema shares the training record's env block, so the provenance fields
-    are defined once."""
-    return copy.deepcopy(_schema(mode in TRAINING_MODES))
+    all-reduce and acceptance schemas share the training record's env block, so the
+    provenance fields are defined once."""
+    return copy.deepcopy(_schema(_schema_name(mode)))
+
+
+def _schema_name(mode: str) -> str:
+    return mode if mode in OTHER_SCHEMAS else "steps"
 
 
 @functools.cache
-def _schema(training_mode: bool) -> dict:
+def _schema(name: str) -> dict:
     training_schema = json.loads(SCHEMA_PATH.read_text())
-    if training_mode:
+    if name not in OTHER_SCHEMAS:
         return training_schema
-    sweep = json.loads(ALLREDUCE_SCHEMA_PATH.read_text())
-    sweep["properties"]["env"] = training_schema["properties"]["env"]
+    other = json.loads(OTHER_SCHEMAS[name].read_text())
+    other["properties"]["env"] = training_schema["properties"]["env"]
     # The env block refers to the training schema's definitions (bounded names, numbers).
-    sweep["$defs"] = {**training_schema["$defs"], **sweep.get("$defs", {})}
-    return sweep
+    other["$defs"] = {**training_schema["$defs"], **other.get("$defs", {})}
+    return other
 
 
 # --- validation: bench.schemacheck compiles each schema once -------------------------------
@@ -366,7 +373,7 @@ def _schema(training_mode: bool) -> dict:
 @functools.cache
 def _validator(mode: str):
     """record -> the first problem (one line) or None; built once per schema."""
-    root = _schema(mode in TRAINING_MODES)
+    root = _schema(_schema_name(mode))
     try:
         check = compile_schema(root)
     except UnsupportedSchema:

@@ -64,8 +64,13 @@ apt_install() {
 # it installs, and the unit is disabled after. The tests run their own sshd on loopback.
 POLICY_RC=/usr/sbin/policy-rc.d
 install_test() {
-  local pkgs=(libnfs-utils openssh-server openssh-client iproute2 procps chromium)
-  if installed openssh-server || [ -e "$POLICY_RC" ]; then
+  # prometheus and its pushgateway: the acceptance export's tests start their own, on
+  # loopback; like sshd, the packages' own services must not start.
+  local pkgs=(libnfs-utils openssh-server openssh-client iproute2 procps chromium prometheus
+              prometheus-pushgateway)
+  local services=(openssh-server prometheus prometheus-pushgateway) missing=0 pkg
+  for pkg in "${services[@]}"; do installed "$pkg" || missing=1; done
+  if [ "$missing" = 0 ] || [ -e "$POLICY_RC" ]; then
     apt_install "${pkgs[@]}"
     return
   fi
@@ -77,9 +82,11 @@ install_test() {
   $SUDO rm -f "$POLICY_RC"
   trap - EXIT
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-    $SUDO systemctl disable --quiet ssh.service 2>/dev/null || true
+    $SUDO systemctl disable --quiet ssh.service prometheus.service \
+      prometheus-pushgateway.service 2>/dev/null || true
   fi
-  say "openssh-server is installed for the tests' own sshd; the system ssh service was not started"
+  say "openssh-server, prometheus and its pushgateway are installed for the tests' own" \
+    "servers; their system services were not started"
 }
 
 install_docker() {

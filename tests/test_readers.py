@@ -213,7 +213,7 @@ def test_the_compiled_schemas_give_jsonschemas_verdicts():
 
 
 def test_the_schemas_need_no_keyword_the_compiler_lacks():
-    for mode in ("steps", "allreduce"):
+    for mode in record.MODES:
         record.compile_schema(record.schema(mode))          # strict: raises on an unknown one
     with pytest.raises(record.UnsupportedSchema, match="patternProperties"):
         record.compile_schema({"type": "object", "patternProperties": {"^x": {}}})

@@ -30,6 +30,7 @@ from tabulate import tabulate
 
 from bench import record
 from bench.analysis import breakdown, plot
+from bench.analysis.acceptance import Row
 from bench.analysis.plot import BREAKDOWN_CAPTION, RANKS_CAPTION
 from bench.analysis.table import (
     DEFAULT_GROUP_BY,
@@ -188,12 +189,30 @@ def pages(results: Path) -> tuple[Path, Path]:
     return results.with_suffix(".md"), results.with_suffix(".html")
 
 
+VERDICT_HEADERS = ["stage", "subject", "check", "expected", "measured", "unit", "verdict",
+                   "reason"]
+
+
+def verdict_cells(rows: Sequence[Row]) -> list[list[str]]:
+    """The acceptance verdict's rows as table cells (``bench accept``)."""
+    def figure(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    return [[r.stage, r.subject, r.check, figure(r.expected), figure(r.measured), r.unit,
+             r.status, r.reason] for r in rows]
+
+
 def markdown(results: Path, records: list[dict], prediction: str | None = None,
-             charts: Sequence[tuple[Path, bytes]] = ()) -> str:
+             charts: Sequence[tuple[Path, bytes]] = (), verdict: Sequence[Row] = ()) -> str:
     """The report in Markdown; every text from a record (and the file's name) is shown
-    through ``markdown_text``: it adds no row, column, line, link or HTML."""
+    through ``markdown_text``: it adds no row, column, line, link or HTML. An acceptance
+    verdict, where given, is the first section."""
     training = record.training(records)
-    parts = [MARK_COMMENT, f"# {markdown_text(results.name)}", "", "## Summary", "",
+    parts = [MARK_COMMENT, f"# {markdown_text(results.name)}", ""]
+    if verdict:
+        parts += ["## Acceptance verdict", "",
+                  _markdown_table(verdict_cells(verdict), VERDICT_HEADERS), ""]
+    parts += ["## Summary", "",
              *[f"- {markdown_text(line, LINE_LIMIT)}" for line in summary(records)], "",
              "## Where the numbers come from", "",
              _markdown_table(provenance(records), ["", ""]), ""]
@@ -272,11 +291,18 @@ def _code_block(text: str) -> str:
 
 
 def to_html(results: Path, records: list[dict], prediction: str | None = None,
-            charts: Sequence[tuple[Path, bytes]] = ()) -> str:
-    """One self-contained page: tables as HTML, plots as data: URIs."""
+            charts: Sequence[tuple[Path, bytes]] = (), verdict: Sequence[Row] = ()) -> str:
+    """One self-contained page: tables as HTML, plots as data: URIs; an acceptance
+    verdict, where given, first."""
     training = record.training(records)
     esc = html.escape
-    body = [f"<h1>{esc(results.name)}</h1>", "<h2>Summary</h2><ul>",
+    body = [f"<h1>{esc(results.name)}</h1>"]
+    if verdict:
+        cells = [[_html_text(cell) for cell in row] for row in verdict_cells(verdict)]
+        body += ["<h2>Acceptance verdict</h2>",
+                 tabulate(cells, headers=VERDICT_HEADERS, tablefmt="unsafehtml",
+                          disable_numparse=True)]
+    body += ["<h2>Summary</h2><ul>",
             *[f"<li>{esc(line)}</li>" for line in summary(records)], "</ul>",
             "<h2>Where the numbers come from</h2>",
             tabulate(provenance(records), tablefmt="html")]
@@ -330,7 +356,8 @@ def _html_text(value: object, limit: int = LINE_LIMIT) -> str:
 
 
 def write(results: Path, records: list[dict] | None = None,
-          prediction: str | None = None, also_read: tuple[Path, ...] = ()) -> tuple[Path, Path]:
+          prediction: str | None = None, also_read: tuple[Path, ...] = (),
+          verdict: Sequence[Row] = ()) -> tuple[Path, Path]:
     """Write ``<results>.md``, ``<results>.html`` and the plots beside ``results``; returns
     the pages' paths. Every file goes through ``paths.write_output``, and every path is
     checked before the first is written: one that is ``results`` or another input
@@ -343,8 +370,8 @@ def write(results: Path, records: list[dict] | None = None,
         check_output(path, "output", inputs, FIX)
     charts = plot.charts(results, records=records)  # the page embeds them
     plot.save(charts, inputs, FIX)
-    for path, text in ((md, markdown(results, records, prediction, charts)),
-                       (page, to_html(results, records, prediction, charts))):
+    for path, text in ((md, markdown(results, records, prediction, charts, verdict)),
+                       (page, to_html(results, records, prediction, charts, verdict))):
         write_output(path, text, setting="output", inputs=inputs, fix=FIX)
     return md, page
 

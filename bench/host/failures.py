@@ -13,6 +13,8 @@ import re
 import signal
 
 from bench import provenance
+from bench.accept_config import AcceptConfig
+from bench.accept_config import skeleton as accept_skeleton
 from bench.allreduce_config import AllreduceConfig, skeleton
 from bench.config import TrainConfig
 from bench.host.outcome import JobOutcome
@@ -152,10 +154,13 @@ def exit_text(returncode: int | None) -> str:
     return f"exited {returncode}"
 
 
-def failure_record(cfg: TrainConfig | AllreduceConfig, topology: Topology) -> dict:
+def failure_record(cfg: TrainConfig | AllreduceConfig | AcceptConfig,
+                   topology: Topology) -> dict:
     """A record for a job whose trainer wrote none (a node died before rank 0 could)."""
     if isinstance(cfg, AllreduceConfig):
         rec = skeleton(cfg)
+    elif isinstance(cfg, AcceptConfig):
+        rec = accept_skeleton(cfg)
     else:
         rec = train_skeleton(cfg)
         rec["global_batch_size"] = (topology.devices * cfg.data.batch_size

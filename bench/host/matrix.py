@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench import record
+from bench.accept_config import AcceptConfig
 from bench.allreduce_config import AllreduceConfig
 from bench.analysis import breakdown, report
 from bench.catalog import MODEL_NAMES
@@ -68,7 +69,12 @@ from bench.topology import (
 
 LAUNCHERS = registry.LAUNCHERS
 PORT_SPAN = 100   # ports above --master-port the jobs of a matrix take in turn
-WORKLOADS = {"train": "bench.rank.train", "allreduce": "bench.rank.allreduce"}
+WORKLOADS = {"train": "bench.rank.train", "allreduce": "bench.rank.allreduce",
+             "accept": "bench.rank.accept"}
+# The workloads other than training: cells are TOPOLOGIES x BACKENDS, flags after -- are theirs.
+CONFIGS: dict[str, type[AllreduceConfig] | type[AcceptConfig]] = {
+    "allreduce": AllreduceConfig, "accept": AcceptConfig}
+WORKLOAD_WORDS = {"allreduce": "all-reduce", "accept": "acceptance"}
 # Trainer flags the matrix sets per cell, and the matrix flag that sets them.
 DIMENSION_FLAGS = {"--batch-size": "--batch-sizes", "--model": "--models",
                    "--precision": "--precisions", "--backend": "--backends",
@@ -98,7 +104,7 @@ class Cell:
     strategy: str = "ddp"
 
     def trainer_args(self, base: list[str]) -> list[str]:
-        if self.workload == "allreduce":
+        if self.workload != "train":
             return [*base, "--backend", self.backend]
         return [*base, "--batch-size", str(self.batch_size), "--model", self.model,
                 "--precision", self.precision, "--backend", self.backend,
@@ -106,8 +112,8 @@ class Cell:
                 "--strategy", self.strategy]
 
     def label(self) -> str:
-        if self.workload == "allreduce":
-            return f"all-reduce {self.topology} {self.backend}"
+        if self.workload != "train":
+            return f"{WORKLOAD_WORDS[self.workload]} {self.topology} {self.backend}"
         extra = (f" hook {self.comm_hook}" if self.comm_hook != "none" else "") + \
             (f" accum {self.grad_accum}" if self.grad_accum != 1 else "") + \
             (f" {self.strategy}" if self.strategy != "ddp" else "")
@@ -119,7 +125,8 @@ class Cell:
 class MatrixConfig:
     """What the matrix schedules and records; how jobs start is the launcher's section."""
 
-    cells: dict[Cell, TrainConfig | AllreduceConfig]   # each cell's validated configuration
+    # Each cell's validated configuration.
+    cells: dict[Cell, TrainConfig | AllreduceConfig | AcceptConfig]
     repeats: int
     results: Path
     resume: bool
@@ -179,7 +186,8 @@ def parser(prog: str) -> OneLineErrorParser:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=tuple(WORKLOADS), default="train",
-                   help="what each job runs: the trainer or the all-reduce sweep")
+                   help="what each job runs: the trainer, the all-reduce sweep, or the "
+                   "acceptance measurements (bench accept runs them)")
     p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
     p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
     p.add_argument("--models", help="comma-separated models (default: resnet18)")
@@ -249,7 +257,7 @@ class Dimensions:
             for name, value in given.items():
                 if value is not None:
                     raise ConfigError("--" + name.replace("_", "-"), value, "is a trainer "
-                                      "dimension: leave it out with --workload allreduce")
+                                      f"dimension: leave it out with --workload {a.workload}")
         text = {name: value if value is not None else TRAIN_DIMENSIONS[name]
                 for name, value in given.items()}
         return cls(batch_sizes=parse_positive_ints(text["batch_sizes"], "--batch-sizes"),
@@ -264,8 +272,8 @@ class Dimensions:
     def cells(self, workload: str) -> list[Cell]:
         """Every cell: topologies x backends for the all-reduce sweep, else the product of
         every axis."""
-        if workload == "allreduce":
-            return [Cell(0, t, "", "", be, workload="allreduce")
+        if workload != "train":
+            return [Cell(0, t, "", "", be, workload=workload)
                     for be, t in itertools.product(self.backends, self.topologies)]
         return [Cell(b, t, m, pr, be, h, ga, strategy=st)
                 for m, pr, be, h, ga, st, b, t in
@@ -286,9 +294,10 @@ def check_matrix_settings(a: argparse.Namespace) -> None:
 
 
 def cell_configs(a: argparse.Namespace, cells: list[Cell],
-                 trainer_args: list[str]) -> dict[Cell, TrainConfig | AllreduceConfig]:
+                 trainer_args: list[str]
+                 ) -> dict[Cell, TrainConfig | AllreduceConfig | AcceptConfig]:
     """Every cell's validated configuration, keyed by the cell."""
-    parse = AllreduceConfig.from_args if a.workload == "allreduce" else TrainConfig.from_args
+    parse = CONFIGS[a.workload].from_args if a.workload in CONFIGS else TrainConfig.from_args
     prog = f"bench {a.workload}"
     # Every cell's flags are checked here, before anything starts. Its data directory
     # and devices are checked here too where the nodes run on this host; on other hosts
@@ -357,6 +366,9 @@ def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
 def _headline(rec: dict) -> str:
     if rec.get("mode") == "allreduce":
         return f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s"
+    if rec.get("mode") == "accept":
+        return (f"{len(rec['devices'])} device(s), {len(rec['links'])} link pair(s), "
+                f"{len(rec['data'])} data path(s) measured")
     return f"{rec['samples_per_s']:.1f} samples/s"
 
 

@@ -1,0 +1,502 @@
+"""Does the cluster work? Each measurement of ``bench accept`` judged: PASS, WARN or FAIL.
+
+Pure Python, records in and rows out: the measurements come from the acceptance run (each
+device, each link, each node's data path, the whole job), and every row says what was
+expected, what was measured, and why it passed or not.
+
+What a figure is expected to be, in order of trust:
+
+- **its peers**: the same check on the other devices of the same model in this cluster.
+  Same hardware, same software, same moment: a device that falls short of them is at fault.
+  Judged with the noise of both sides (every figure is measured several times): a shortfall
+  counts only when the 95% confidence interval of the difference excludes zero, so one
+  unlucky repeat does not fail a device;
+- **the reference table**: the figure this project measured on the same device model
+  (``results/reference/devices.json``). Another machine, another driver, another cooling: a
+  wider margin (``REFERENCE_WARN``, ``REFERENCE_FAIL``);
+- **nothing**: a device model alone in the cluster and absent from the table is recorded,
+  not judged, and its row says so (WARN: nobody has checked it).
+
+Links are judged against their nominal rate and against the other pairs; a node whose
+every pair is slow while other pairs are not is named (its NIC, cable or port), a single
+slow pair is named as that pair. The data path is judged against what training needs: the
+samples per second the node's ranks trained at, with headroom. The job is judged against
+the prediction from the device and link stages: inside its band, or why not.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import statistics
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from bench.analysis import breakdown, predict
+from bench.analysis.compare import difference_interval
+from bench.analysis.predict import LinkRange
+from bench.options import ConfigError
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+SEVERITY = {PASS: 0, WARN: 1, FAIL: 2}
+STAGES = ("preflight", "device", "link", "data", "job")
+
+# Against peers of the same model, beyond noise: 10% short is a warning, 20% a failure. A
+# clean cluster of identical machines varies by a few percent (clocks, placement).
+WARN_SHORTFALL = 0.10
+FAIL_SHORTFALL = 0.20
+# Against the reference table: another machine, driver and cooling; wider.
+REFERENCE_WARN = 0.25
+REFERENCE_FAIL = 0.50
+# A link against its nominal rate: TCP over Ethernet reaches about 94% of the line rate, an
+# all-reduce's bus bandwidth somewhat less.
+LINK_WARN = 0.30
+LINK_FAIL = 0.50
+# The data path must read this many times what training takes: training reads while the
+# other nodes read too, and a mount's rate varies.
+DATA_HEADROOM = 1.5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One verdict: a stage's check of one subject (a device, a link, a node's mount)."""
+
+    stage: str
+    subject: str           # "node 2 cpu", "node 0 cuda:1", "node 0 - node 2", "job"
+    check: str             # "matmul bf16", "memory bandwidth", "all-reduce 25 MiB", ...
+    unit: str
+    expected: float | None
+    measured: float | None
+    status: str
+    reason: str
+    values: tuple[float, ...] = ()   # the repeats behind ``measured`` (for --baseline)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"values": list(self.values)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Figure:
+    """One subject's repeated measurement of one check (higher is better)."""
+
+    subject: str
+    node: int
+    model: str             # the device model ("" where there is none)
+    check: str
+    unit: str
+    values: tuple[float, ...]
+    note: str = ""         # what telemetry said meanwhile: clocks, throttling, temperature
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=SEVERITY.__getitem__, default=PASS)
+
+
+def exit_code(rows: Sequence[Row]) -> int:
+    """0 only when nothing failed."""
+    return 1 if any(row.status == FAIL for row in rows) else 0
+
+
+def shortfall(values: Sequence[float], expected: Sequence[float]) -> tuple[float, float, float]:
+    """How far ``values`` fall short of ``expected`` (a share of expected's mean: 0.2 is 20%
+    slower), with its 95% interval (Welch's t) where each side has two or more figures; with
+    fewer, the interval is the point."""
+    base = statistics.fmean(expected)
+    point = 1 - statistics.fmean(values) / base
+    if len(values) >= 2 and len(expected) >= 2:
+        low_diff, high_diff = difference_interval(list(expected), list(values))
+        # mean(values) - mean(expected) in [low, high]: the shortfall is its negative.
+        return point, -high_diff / base, -low_diff / base
+    return point, point, point
+
+
+def against_median_peer(values: Sequence[float], peers: Sequence[Figure],
+                        expected: float) -> tuple[float, float, float]:
+    """The shortfall against ``expected`` (the peers' median), with the interval of the
+    comparison with the median peer: one outlier among the peers (the faulty device, when
+    this one is healthy) moves neither."""
+    median_peer = sorted(peers, key=lambda peer: peer.mean)[(len(peers) - 1) // 2]
+    point = 1 - statistics.fmean(values) / expected
+    _, low, high = shortfall(values, median_peer.values)
+    scale = median_peer.mean / expected      # the median peer's interval, on expected's scale
+    return point, 1 - (1 - low) * scale, 1 - (1 - high) * scale
+
+
+def status_of(point: float, low: float, warn: float, fail: float) -> str:
+    """FAIL when the shortfall is at least ``fail`` and surely at least ``warn``; WARN when
+    it is at least ``warn`` and surely above zero; else PASS."""
+    if point >= fail and low >= warn:
+        return FAIL
+    if point >= warn and low > 0:
+        return WARN
+    return PASS
+
+
+def _percent(share: float) -> str:
+    return f"{share:.0%}"
+
+
+def _interval(point: float, low: float, high: float) -> str:
+    if low == point == high:
+        return "one figure a side: no interval"
+    return f"CI {_percent(low)} to {_percent(high)}"
+
+
+def judge_figures(figures: Sequence[Figure], stage: str,
+                  reference: Mapping[str, Mapping[str, float]]) -> list[Row]:
+    """Each figure against its peers (same model and check, other subjects) and against the
+    reference table's figure for its model; the row takes the worse verdict."""
+    rows = []
+    for figure in figures:
+        peers = [f for f in figures if f.check == figure.check and f.model == figure.model
+                 and f.subject != figure.subject]
+        reference_value = reference.get(figure.model, {}).get(figure.check)
+        reasons, statuses, expected = [], [], None
+        if peers:
+            expected = statistics.median(peer.mean for peer in peers)
+            point, low, high = against_median_peer(figure.values, peers, expected)
+            status = status_of(point, low, WARN_SHORTFALL, FAIL_SHORTFALL)
+            statuses.append(status)
+            side = "below" if point > 0 else "above"
+            reasons.append(f"{_percent(abs(point))} {side} its {len(peers)} peer(s) of the "
+                           f"same model ({_interval(point, low, high)})")
+        if reference_value is not None and reference_value > 0:
+            point = 1 - figure.mean / reference_value
+            status = status_of(point, point, REFERENCE_WARN, REFERENCE_FAIL)
+            statuses.append(status)
+            expected = reference_value if expected is None else expected
+            side = "below" if point > 0 else "above"
+            reasons.append(f"{_percent(abs(point))} {side} the reference {reference_value:.4g}"
+                           f" {figure.unit} for {figure.model or 'this device'}")
+        elif peers:
+            reasons.append(f"no reference figure for {figure.model or 'this device'}: judged "
+                           "against its peers only")
+        if not statuses:
+            statuses.append(WARN)
+            reasons.append(f"no peer of the same model ({figure.model or 'unknown'}) and no "
+                           "reference figure: measured, not judged")
+        status = worst(statuses)
+        if figure.note and status != PASS:
+            reasons.append(figure.note)
+        rows.append(Row(stage, figure.subject, figure.check, figure.unit, expected,
+                        figure.mean, status, "; ".join(reasons), figure.values))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PairFigure:
+    """One pair of nodes' all-reduce bus bandwidth, repeated (GB/s)."""
+
+    nodes: tuple[int, int]
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+
+def pair_name(nodes: tuple[int, int]) -> str:
+    return f"node {nodes[0]} - node {nodes[1]}"
+
+
+def judge_links(pairs: Sequence[PairFigure], nominal_GBps: float | None,
+                check: str) -> list[Row]:
+    """Each pair against the nominal rate and against the other pairs; then, where every
+    pair of one node is slow and some pair without it is not, a row naming that node."""
+    rows, slow = [], set()
+    for pair in pairs:
+        others = [p for p in pairs if p is not pair]
+        reasons, statuses = [], []
+        expected = nominal_GBps
+        if nominal_GBps:
+            point = 1 - pair.mean / nominal_GBps
+            statuses.append(status_of(point, point, LINK_WARN, LINK_FAIL))
+            reasons.append(f"{pair.mean / nominal_GBps:.0%} of the nominal "
+                           f"{nominal_GBps:.4g} GB/s")
+        if others:
+            pooled = [v for p in others for v in p.values]
+            point, low, high = shortfall(pair.values, pooled)
+            statuses.append(status_of(point, low, WARN_SHORTFALL, FAIL_SHORTFALL))
+            side = "below" if point > 0 else "above"
+            reasons.append(f"{_percent(abs(point))} {side} the other {len(others)} pair(s) "
+                           f"({_interval(point, low, high)})")
+            expected = expected or statistics.median(p.mean for p in others)
+        if not statuses:
+            statuses.append(WARN)
+            reasons.append("no nominal rate and no other pair: measured, not judged")
+        status = worst(statuses)
+        if status != PASS and (nominal_GBps or others):    # judged slow, not unjudged
+            slow.add(pair.nodes)
+        rows.append(Row("link", pair_name(pair.nodes), check, "GB/s", expected, pair.mean,
+                        status, "; ".join(reasons), pair.values))
+    rows.extend(_blame_nodes(pairs, slow))
+    return rows
+
+
+def _blame_nodes(pairs: Sequence[PairFigure], slow: set[tuple[int, int]]) -> list[Row]:
+    """A node in every slow pair, every one of its pairs slow, and a pair without it that
+    is not: its own link (NIC, cable, switch port) is the fault."""
+    if not slow:
+        return []
+    nodes = sorted({n for pair in pairs for n in pair.nodes})
+    rows = []
+    for node in nodes:
+        own = [p for p in pairs if node in p.nodes]
+        if all(p.nodes in slow for p in own) and all(node in p for p in slow) \
+                and any(node not in p.nodes for p in pairs):
+            fine = [p.mean for p in pairs if node not in p.nodes]
+            own_rate = statistics.median(p.mean for p in own)
+            rows.append(Row("link", f"node {node}", "its link", "GB/s",
+                            statistics.median(fine), own_rate, FAIL,
+                            f"every pair with node {node} is slow ({own_rate:.3g} GB/s, "
+                            f"median of {len(own)}), the pairs without it are not "
+                            f"({statistics.median(fine):.3g} GB/s): node {node}'s NIC, cable "
+                            "or switch port", tuple(p.mean for p in own)))
+    if len(nodes) == 2 and len(pairs) == 1 and slow:
+        (pair,) = pairs
+        rows.append(Row("link", pair_name(pair.nodes), "which end", "GB/s", None, pair.mean,
+                        WARN, "two nodes share one link: either end may be at fault; a "
+                        "third node would tell them apart", ()))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DataFigure:
+    """One node's read of the dataset through its mount."""
+
+    node: int
+    mb_per_s: tuple[float, ...]
+    files_per_s: tuple[float, ...]
+    need_mb_per_s: float | None      # what its ranks' training reads at stage 2's rate
+
+
+def judge_data(figures: Sequence[DataFigure]) -> list[Row]:
+    rows = []
+    for figure in figures:
+        measured = statistics.fmean(figure.mb_per_s)
+        files = statistics.fmean(figure.files_per_s)
+        need = figure.need_mb_per_s
+        if not need:
+            status, reason = WARN, "training's need unknown (no device figure): not judged"
+        elif measured < need:
+            status = FAIL
+            reason = (f"reads {measured:.4g} MB/s ({files:.4g} files/s), training needs "
+                      f"{need:.4g} MB/s: the data path would hold the job back "
+                      f"{1 - measured / need:.0%}")
+        elif measured < need * DATA_HEADROOM:
+            status = WARN
+            reason = (f"reads {measured / need:.2g}x what training needs, under the "
+                      f"{DATA_HEADROOM:g}x headroom")
+        else:
+            status = PASS
+            reason = f"reads {measured / need:.3g}x what training needs ({files:.4g} files/s)"
+        rows.append(Row("data", f"node {figure.node}", "dataset read", "MB/s", need,
+                        measured, status, reason, figure.mb_per_s))
+    return rows
+
+
+def judge_job(values: Sequence[float], predicted: float, band: tuple[float, float],
+              unit: str, straggler: str = "") -> Row:
+    """The whole job against the prediction from stages 2-3: inside its band passes; below
+    it by up to WARN_SHORTFALL warns; further below fails; above warns (the model is
+    pessimistic, nothing in the cluster is at fault)."""
+    measured = statistics.median(values)
+    low, high = band
+    if low <= measured <= high:
+        status, reason = PASS, f"inside the predicted band {low:.4g}-{high:.4g}"
+    elif measured > high:
+        status, reason = WARN, (f"above the predicted band {low:.4g}-{high:.4g}: the "
+                                "prediction is pessimistic here")
+    else:
+        short = 1 - measured / low
+        status = FAIL if short > WARN_SHORTFALL else WARN
+        reason = f"{short:.0%} below the predicted band {low:.4g}-{high:.4g}"
+    if straggler:
+        reason += f"; {straggler}"
+    return Row("job", "job", "training throughput", unit, predicted, measured, status,
+               reason, tuple(values))
+
+
+def against_baseline(rows: Sequence[Row], baseline: Sequence[Row], date: str) -> list[Row]:
+    """Each row with repeats that the baseline also has: slower or faster than then, with
+    the confidence interval ``bench compare`` uses, or within noise."""
+    before = {(r.stage, r.subject, r.check): r for r in baseline if r.values}
+    out = []
+    for row in rows:
+        then = before.get((row.stage, row.subject, row.check))
+        if then is None or not row.values:
+            continue
+        point, low, high = shortfall(row.values, then.values)
+        status = status_of(point, low, WARN_SHORTFALL, FAIL_SHORTFALL)
+        if low == high == point:
+            words = f"{_percent(abs(point))} {'slower' if point > 0 else 'faster'} than on " \
+                    f"{date} (one figure a side: no interval)"
+        elif low <= 0 <= high:
+            words = f"within noise of {date} ({_interval(point, low, high)})"
+        else:
+            words = (f"{_percent(abs(point))} {'slower' if point > 0 else 'faster'} than on "
+                     f"{date}, {_interval(point, low, high)}")
+        out.append(Row(row.stage, row.subject, f"{row.check} vs baseline", row.unit,
+                       then.measured, row.measured, status, f"{row.subject}: {words}",
+                       row.values))
+    return out
+
+
+def _bounded_text(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= 4096 and "\0" not in value
+
+
+def finite_row(row: Mapping) -> bool:
+    """A row read back from a verdict file that can be compared: the fields of ``Row``
+    with finite figures. Anything else is skipped by the reader, with a warning."""
+    try:
+        values = row["values"]
+        return (all(_bounded_text(row[k]) for k in ("stage", "subject", "check", "unit",
+                                                    "status", "reason"))
+                and len(values) <= 1000
+                and row["status"] in SEVERITY and isinstance(values, list)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) for v in values)
+                and all(row[k] is None or (isinstance(row[k], (int, float))
+                                           and not isinstance(row[k], bool)
+                                           and math.isfinite(row[k]))
+                        for k in ("expected", "measured")))
+    except (KeyError, TypeError):
+        return False
+
+
+def row_from(row: Mapping) -> Row:
+    return Row(**{k: row[k] for k in ("stage", "subject", "check", "unit", "expected",
+                                      "measured", "status", "reason")},
+               values=tuple(float(v) for v in row["values"]))
+
+
+# --- from the acceptance record (mode accept) to figures ----------------------------------
+
+def device_figures(rec: Mapping) -> list[Figure]:
+    """Every device's figures in an accept record, one Figure per device and check."""
+    out = []
+    for device in rec.get("devices") or []:
+        subject = f"node {device['node_rank']} {device.get('hostname', '')} rank " \
+                  f"{device['rank']}".replace("  ", " ")
+        for check, figure in sorted(device["figures"].items()):
+            label = check if check != "training" else \
+                f"training {figure.get('workload', '')}".strip()
+            out.append(Figure(subject, device["node_rank"], device["device"], label,
+                              figure["unit"], tuple(figure["values"]), device.get("note", "")))
+    return out
+
+
+def pair_figures(rec: Mapping) -> list[PairFigure]:
+    return [PairFigure((link["nodes"][0], link["nodes"][1]), tuple(link["values"]))
+            for link in rec.get("links") or []]
+
+
+def data_figures(rec: Mapping) -> list[DataFigure]:
+    """Each node's read; what its training needs is its devices' median training rate
+    times the bytes per sample the dataset holds on disk (unknown without a sample count)."""
+    trained: dict[int, float] = {}
+    for device in rec.get("devices") or []:
+        figure = device["figures"].get("training")
+        if figure:
+            node = device["node_rank"]
+            trained[node] = trained.get(node, 0.0) + statistics.median(figure["values"])
+    out = []
+    for read in rec.get("data") or []:
+        need = None
+        if read.get("samples") and read["bytes"] and read["node"] in trained:
+            need = trained[read["node"]] * read["bytes"] / read["samples"] / 1e6
+        out.append(DataFigure(read["node"], tuple(read["MBps"]), tuple(read["files_per_s"]),
+                              need))
+    return out
+
+
+def _or_its_cpu(row: Row, failed_nodes: set[int]) -> Row:
+    """gloo sums and copies on the CPU: a node whose device failed its checks slows every
+    pair it is in, whatever its link. Its link row says so instead of blaming the cable."""
+    if row.check != "its link" or int(row.subject.split()[-1]) not in failed_nodes:
+        return row
+    node = row.subject.split()[-1]
+    return dataclasses.replace(row, reason=row.reason.split(": node ")[0] + (
+        f": node {node}'s device failed its checks too, and gloo's all-reduce runs on the "
+        f"CPU: the cause may be its CPU, not its link (see its device rows)"))
+
+
+def judge_record(rec: Mapping, reference: Mapping[str, Mapping[str, float]],
+                 nominal_GBps: float | None) -> list[Row]:
+    """The device, link and data rows of one accept record."""
+    figures = device_figures(rec)
+    rows = judge_figures(figures, "device", reference)
+    pairs = pair_figures(rec)
+    if pairs:
+        size = rec["links"][0]["bytes"]
+        links = judge_links(pairs, nominal_GBps, f"all-reduce {size / 2**20:g} MiB")
+        if rec.get("backend") == "gloo":
+            failed = {f.node for f, row in zip(figures, rows, strict=True) if row.status == FAIL}
+            links = [_or_its_cpu(row, failed) for row in links]
+        rows += links
+    reads = data_figures(rec)
+    rows += [row for row in judge_data(reads) if reads]
+    return rows
+
+
+def read_verdict(path: Path, setting: str = "--baseline") -> tuple[list[Row], str]:
+    """An earlier ``accept.json``: its rows (each that cannot be compared skipped with a
+    warning naming the file and the row) and its date."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as error:
+        raise ConfigError(setting, path, f"cannot be read as JSON ({error}): give an "
+                          "accept.json that bench accept wrote") from None
+    rows_in = document.get("rows") if isinstance(document, dict) else None
+    if not isinstance(rows_in, list):
+        raise ConfigError(setting, path, 'holds no "rows" list: give an accept.json that '
+                          "bench accept wrote")
+    rows = []
+    for index, row in enumerate(rows_in, 1):
+        if isinstance(row, dict) and finite_row(row):
+            rows.append(row_from(row))
+        else:
+            print(f"{path}: row {index}: skipped: not a verdict row with finite figures",
+                  file=sys.stderr)
+    when = document.get("utc_time")
+    date = when[:10] if isinstance(when, str) and DATE.fullmatch(when[:10]) else "the baseline"
+    return rows, date
+
+
+def job_row(sweeps: list[dict], records: list[dict], nodes: int) -> Row:
+    """The whole job against the prediction: the link as the job stage's all-reduce sweep
+    measured it, the one-node runs' bucket timelines, and the N-node runs measured on the
+    same link. A record that names a straggler adds its words to the reason."""
+    ok_sweeps = [s for s in sweeps if s.get("mode") == "allreduce" and s.get("status") == "ok"
+                 and (s.get("world_size") or 0) > 1 and s.get("sizes")
+                 and s["sizes"][-1]["busbw_GBps"] > 0]
+    many = [r for r in records if r.get("status") == "ok" and r.get("nnodes") == nodes]
+    failed = [r for r in records if r.get("status") != "ok"]
+    if failed:
+        return Row("job", "job", "training throughput", "samples/s", None, None, FAIL,
+                   f"{len(failed)} training job(s) failed: {failed[0]['status']}: "
+                   f"{failed[0].get('error')}")
+    repeats = predict.single_node_repeats(records)
+    if not ok_sweeps or not repeats or not many:
+        return Row("job", "job", "training throughput", "samples/s", None, None, FAIL,
+                   "nothing to compare: the job stage needs an ok all-reduce sweep, one-node "
+                   f"runs with a bucket timeline and {nodes}-node runs")
+    links = LinkRange.of_sweeps(ok_sweeps)
+    # measured_rates matches records by the link's rate, which only emulated links record;
+    # here every record is this cluster's, on its own link.
+    measured: dict[tuple, list[float]] = {(predict.setup_key(r), nodes): [] for r in many}
+    for rec in many:
+        measured[(predict.setup_key(rec), nodes)].append(rec["samples_per_s"])
+    (predicted, *_) = predict.predictions(repeats, links, [nodes], measured)
+    band = predicted.samples_per_s
+    words = "; ".join(filter(None, (breakdown.console_words(r) for r in many)))
+    return judge_job([r["samples_per_s"] for r in many], band.point, (band.low, band.high),
+                     "samples/s", straggler=words)

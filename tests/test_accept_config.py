@@ -1,0 +1,73 @@
+"""The acceptance run's settings (bench.accept_config) and its pairing of nodes."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import paths
+from bench.accept_config import AcceptConfig, parse_stages, round_robin
+from bench.host import accept
+from bench.options import ConfigError, on_head
+
+
+@given(st.integers(min_value=1, max_value=40))
+def test_round_robin_pairs_every_two_nodes_once_and_each_node_once_per_round(nodes):
+    rounds = round_robin(nodes)
+    pairs = [pair for r in rounds for pair in r]
+    assert sorted(pairs) == list(itertools.combinations(range(nodes), 2))
+    for r in rounds:
+        members = [n for pair in r for n in pair]
+        assert len(members) == len(set(members))
+    # The fewest rounds that can hold every pair: n-1 for even n, n for odd (one rests).
+    assert len(rounds) == (0 if nodes == 1 else nodes - 1 if nodes % 2 == 0 else nodes)
+
+
+@pytest.mark.parametrize("text, stages", [("device", ("device",)),
+                                          ("link,device", ("device", "link")),
+                                          (" data , link ", ("link", "data"))])
+def test_stages_are_kept_in_their_order(text, stages):
+    assert parse_stages(text) == stages
+
+
+@pytest.mark.parametrize("text", ["", "device,device", "gpu", "device,,nfs", ","])
+def test_a_bad_stage_list_is_refused_naming_the_stages(text):
+    with pytest.raises(ConfigError, match="--stages.*device,link,data"):
+        parse_stages(text)
+
+
+@pytest.mark.parametrize("argv, setting", [
+    (["--repeats", "1"], "--repeats"), (["--link-size", "2"], "--link-size"),
+    (["--link-size", "2GiB"], "--link-size"), (["--train-model", "gpt"], "--train-model"),
+    (["--stages", "data"], "--data-dir"), (["--data-max-size", "0"], "--data-max-size"),
+    (["--matmul-size", "-1"], "--matmul-size")])
+def test_every_setting_is_checked_before_anything_runs(argv, setting):
+    with on_head(), pytest.raises(ConfigError, match=setting):
+        AcceptConfig.from_args(argv)
+
+
+def test_accept_refuses_a_bad_setting_with_exit_2(tmp_path, capsys):
+    for argv in (["--out", str(tmp_path), "--nodes", "0"],
+                 ["--out", str(tmp_path), "--stages", "device,wire"],
+                 ["--out", str(tmp_path), "--launcher", "netns"],      # no --link
+                 ["--out", str(tmp_path), "--", "--repeats", "0"],
+                 ["--out", str(tmp_path), "--topolog", "2x2"],        # accept sets it
+                 ["--out", str(tmp_path), "--results=x.jsonl"]):
+        assert accept.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("bench accept: error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "accept.json").exists()
+
+
+def test_a_json_verdict_is_the_stacks_own_and_replaces_only_its_own(tmp_path):
+    target = tmp_path / "accept.json"
+    paths.write_output(target, paths.owned_json({"rows": []}), setting="--out")
+    paths.write_output(target, paths.owned_json({"rows": [1]}), setting="--out")
+    assert '"rows": [\n  1\n ]' in target.read_text()
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"rows": "my own notes"}\n')
+    with pytest.raises(ConfigError, match="--out"):
+        paths.write_output(mine, paths.owned_json({}), setting="--out")
+    assert mine.read_text() == '{"rows": "my own notes"}\n'

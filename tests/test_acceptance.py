@@ -1,0 +1,271 @@
+"""The acceptance verdicts (bench.analysis.acceptance): figures in, PASS/WARN/FAIL rows out."""
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.analysis import acceptance as acc
+from bench.analysis.acceptance import FAIL, PASS, WARN, DataFigure, Figure, PairFigure
+
+
+def _figure(node: int, scale: float = 1.0, model: str = "Xeon", check: str = "matmul fp32",
+            values=(100.0, 101.0, 99.0, 100.5, 99.5), note: str = "") -> Figure:
+    return Figure(f"node {node} cpu", node, model, check, "GFLOP/s",
+                  tuple(v * scale for v in values), note)
+
+
+def _by_subject(rows):
+    return {row.subject: row for row in rows}
+
+
+def test_a_device_a_quarter_as_fast_as_its_peers_fails_and_the_others_pass():
+    figures = [_figure(0), _figure(1), _figure(2, 0.25, note="clock 800 MHz"), _figure(3)]
+    rows = _by_subject(acc.judge_figures(figures, "device", {}))
+    assert rows["node 2 cpu"].status == FAIL
+    assert "75% below its 3 peer(s)" in rows["node 2 cpu"].reason
+    assert "clock 800 MHz" in rows["node 2 cpu"].reason     # telemetry, where it failed
+    assert "judged against its peers only" in rows["node 2 cpu"].reason
+    assert rows["node 2 cpu"].expected == 100.0
+    assert [rows[f"node {n} cpu"].status for n in (0, 1, 3)] == [PASS] * 3
+    assert acc.exit_code(list(rows.values())) == 1
+
+
+def test_a_shortfall_inside_the_noise_is_not_a_failure():
+    """15% lower on average, but its repeats spread so widely that 0 is in the interval."""
+    noisy = _figure(2, values=(40.0, 130.0, 60.0, 110.0, 85.0))
+    rows = _by_subject(acc.judge_figures([_figure(0), _figure(1), noisy], "device", {}))
+    assert rows["node 2 cpu"].status == PASS, rows["node 2 cpu"].reason
+    # The same mean, measured tightly, is a warning.
+    tight = _figure(2, 0.85)
+    rows = _by_subject(acc.judge_figures([_figure(0), _figure(1), tight], "device", {}))
+    assert rows["node 2 cpu"].status == WARN
+
+
+def test_a_lone_model_is_judged_against_the_reference_or_not_at_all():
+    reference = {"H100": {"matmul fp32": 400.0}}
+    lone = _figure(0, model="H100")                    # 100 against 400: 75% below
+    row, = acc.judge_figures([lone], "device", reference)
+    assert row.status == FAIL and "below the reference 400" in row.reason
+    row, = acc.judge_figures([_figure(0, model="H100", scale=3.5)], "device", reference)
+    assert row.status == PASS and row.expected == 400.0
+    row, = acc.judge_figures([_figure(0, model="Mystery")], "device", reference)
+    assert row.status == WARN and "measured, not judged" in row.reason
+
+
+def test_different_models_are_not_each_others_peers():
+    figures = [_figure(0, model="RTX 3060"), _figure(1, model="RTX 4080", scale=2.5)]
+    rows = acc.judge_figures(figures, "device", {})
+    assert [r.status for r in rows] == [WARN, WARN]     # alone, not judged: not a FAIL
+
+
+def _pairs(slow_node: int | None, nodes: int = 4, slow: float = 0.1):
+    pairs = []
+    for a in range(nodes):
+        for b in range(a + 1, nodes):
+            rate = slow if slow_node in (a, b) else 0.9
+            pairs.append(PairFigure((a, b), (rate, rate * 1.01, rate * 0.99)))
+    return pairs
+
+
+def test_a_slow_nic_fails_every_pair_it_is_in_and_is_named():
+    rows = acc.judge_links(_pairs(2), 1.0, "all-reduce 4 MiB")
+    by = _by_subject(rows)
+    assert by["node 2"].status == FAIL and "node 2's NIC" in by["node 2"].reason
+    for pair in ("node 0 - node 2", "node 1 - node 2", "node 2 - node 3"):
+        assert by[pair].status == FAIL, by[pair].reason
+    for pair in ("node 0 - node 1", "node 0 - node 3", "node 1 - node 3"):
+        assert by[pair].status == PASS, by[pair].reason
+    assert not any(r.subject in ("node 0", "node 1", "node 3") for r in rows)
+
+
+def test_one_slow_pair_is_named_as_the_pair_not_as_a_node():
+    pairs = _pairs(None)
+    pairs[0] = PairFigure((0, 1), (0.2, 0.21, 0.19))
+    rows = acc.judge_links(pairs, 1.0, "all-reduce 4 MiB")
+    assert [r.subject for r in rows if r.status != PASS] == ["node 0 - node 1"]
+
+
+def test_clean_links_pass_and_two_nodes_cannot_tell_which_end():
+    assert {r.status for r in acc.judge_links(_pairs(None), 1.0, "x")} == {PASS}
+    rows = acc.judge_links([PairFigure((0, 1), (0.1, 0.1))], 1.0, "x")
+    assert [r.status for r in rows] == [FAIL, WARN] and "either end" in rows[1].reason
+    # Without a nominal rate, a lone pair is measured only.
+    row, = acc.judge_links([PairFigure((0, 1), (0.1, 0.1))], None, "x")
+    assert row.status == WARN and "not judged" in row.reason
+
+
+def test_the_data_path_against_what_training_needs():
+    rows = acc.judge_data([DataFigure(0, (50.0, 52.0), (10.0, 11.0), 100.0),
+                           DataFigure(1, (120.0,), (20.0,), 100.0),
+                           DataFigure(2, (400.0,), (90.0,), 100.0),
+                           DataFigure(3, (400.0,), (90.0,), None)])
+    assert [r.status for r in rows] == [FAIL, WARN, PASS, WARN]
+    assert "training needs 100 MB/s" in rows[0].reason and "49%" in rows[0].reason
+
+
+def test_the_job_against_its_predicted_band():
+    def status(measured):
+        return acc.judge_job([measured], 100.0, (95.0, 105.0), "samples/s").status
+    assert [status(v) for v in (100.0, 90.0, 80.0, 110.0)] == [PASS, WARN, FAIL, WARN]
+    row = acc.judge_job([80.0, 81.0, 79.0], 100.0, (95.0, 105.0), "samples/s",
+                        straggler="straggler rank 2 (node 2): compute +30%")
+    assert "16% below" in row.reason and "straggler rank 2" in row.reason
+
+
+def test_against_a_baseline_with_its_interval():
+    then = acc.judge_figures([_figure(0), _figure(1)], "device", {})
+    now = acc.judge_figures([_figure(0, 0.92), _figure(1)], "device", {})
+    rows = _by_subject(acc.against_baseline(now, then, "2026-11-02"))
+    assert "8% slower than on 2026-11-02, CI" in rows["node 0 cpu"].reason
+    assert "within noise of 2026-11-02" in rows["node 1 cpu"].reason
+
+
+def test_a_row_survives_its_json_round_trip():
+    row, = acc.judge_figures([_figure(0, model="Mystery")], "device", {})
+    back = json.loads(json.dumps(row.as_dict()))
+    assert acc.finite_row(back) and acc.row_from(back) == row
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                     lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+                     max_leaves=20)
+_row_like = st.fixed_dictionaries({k: _json for k in ("stage", "subject", "check", "unit",
+                                                      "expected", "measured", "status",
+                                                      "reason", "values")})
+
+
+@given(st.one_of(_json, _row_like))
+def test_any_read_row_is_refused_or_usable(value):
+    """The baseline reader's check: anything it accepts makes a Row with finite figures."""
+    if isinstance(value, dict) and acc.finite_row(value):
+        row = acc.row_from(value)
+        assert all(isinstance(v, float) for v in row.values)
+
+
+def _accept_record(slow_node: int | None = None) -> dict:
+    devices = [{"rank": n, "local_rank": 0, "node_rank": n, "hostname": f"h{n}",
+                "device": "EPYC", "note": "cgroup quota 0.075 CPU" if n == slow_node else "",
+                "figures": {"matmul fp32": {"unit": "GFLOP/s", "values": [
+                    v * (0.25 if n == slow_node else 1) for v in (10.0, 10.2, 9.9)]},
+                    "training": {"unit": "samples/s", "workload": "mlp batch 64",
+                                 "values": [1000.0, 1010.0, 990.0]}}}
+               for n in range(4)]
+    links = [{"nodes": [p.nodes[0], p.nodes[1]], "bytes": 25 << 20, "unit": "GB/s",
+              "values": list(p.values)} for p in _pairs(None)]
+    data = [{"node": n, "path": "/data", "files": 4, "bytes": 1_000_000, "samples": 1000,
+             "MBps": [3.0, 3.1], "files_per_s": [12.0, 12.4]} for n in range(4)]
+    return {"devices": devices, "links": links, "data": data}
+
+
+def test_an_accept_record_is_judged_stage_by_stage():
+    rows = acc.judge_record(_accept_record(slow_node=1), {}, 0.125)
+    failed = [(r.stage, r.subject, r.check) for r in rows if r.status == FAIL]
+    assert failed == [("device", "node 1 h1 rank 1", "matmul fp32")]
+    slow = next(r for r in rows if r.subject == "node 1 h1 rank 1" and r.check == "matmul fp32")
+    assert "cgroup quota 0.075 CPU" in slow.reason
+    # Links at 0.9 GB/s on a 1 Gbit/s (0.125 GB/s) link: above nominal, they pass.
+    assert {r.status for r in rows if r.stage == "link"} == {PASS}
+    # Each node trains 1000 samples/s of 1000-byte samples: 1 MB/s; it reads 3: PASS.
+    data = [r for r in rows if r.stage == "data"]
+    assert [r.status for r in data] == [PASS] * 4 and data[0].expected == 1.0
+
+
+def test_a_cpu_starved_node_is_not_blamed_on_its_cable_under_gloo():
+    rec = _accept_record(slow_node=2)
+    for link in rec["links"]:
+        if 2 in link["nodes"]:
+            link["values"] = [0.04, 0.041, 0.039]
+    rec["backend"] = "gloo"
+    node = next(r for r in acc.judge_record(rec, {}, 0.125) if r.subject == "node 2")
+    assert node.status == FAIL and "may be its CPU, not its link" in node.reason
+    rec["backend"] = "nccl"
+    node = next(r for r in acc.judge_record(rec, {}, 0.125) if r.subject == "node 2")
+    assert "NIC, cable or switch port" in node.reason
+
+
+def test_a_baseline_file_is_read_row_by_row(tmp_path, capsys):
+    rows = acc.judge_figures([_figure(0), _figure(1)], "device", {})
+    good = [row.as_dict() for row in rows]
+    path = tmp_path / "accept.json"
+    path.write_text(json.dumps({"utc_time": "2026-11-02T10:00:00+00:00", "rows": [
+        good[0], {**good[1], "values": [1.0, float("1e309")]}, "row", good[1]]}))
+    read, date = acc.read_verdict(path)
+    assert read == rows and date == "2026-11-02"
+    err = capsys.readouterr().err
+    assert f"{path}: row 2: skipped" in err and f"{path}: row 3: skipped" in err
+    for text in ("[]", "{", '{"rows": 3}'):
+        path.write_text(text)
+        with pytest.raises(acc.ConfigError, match="--baseline"):
+            acc.read_verdict(path)
+
+
+def _emulated(name: str, hook: str = "none") -> list[dict]:
+    from bench import record
+    from tests.conftest import REPO
+
+    path = REPO / "results" / "reference" / "emulated-cpu" / name
+    return [r for r in record.read(path) if r.get("comm_hook", hook) == hook]
+
+
+def test_the_job_is_judged_against_the_prediction_from_its_own_runs():
+    """Real records (the reference's resnet18 on 1 Gbit/s): the row holds predict's own
+    point and the median measured 2-node rate, and its verdict follows the band."""
+    from bench.analysis import predict
+
+    sweeps, runs = _emulated("1gbit-comm.jsonl"), _emulated("1gbit.jsonl")
+    got = acc.job_row(sweeps, runs, 2)
+    links = predict.LinkRange.of_sweeps(sweeps)
+    (expected,) = predict.predictions(predict.single_node_repeats(runs), links, [2])
+    measured = [r["samples_per_s"] for r in runs if r["nnodes"] == 2]
+    assert got.expected == expected.samples_per_s.point
+    assert got.measured == statistics.median(measured) and len(got.values) == len(measured)
+    band = expected.samples_per_s
+    inside = band.low <= got.measured <= band.high
+    assert (got.status == PASS) == inside, got
+    assert "predicted band" in got.reason
+
+
+def test_the_job_stage_fails_with_its_cause():
+    sweeps, runs = _emulated("1gbit-comm.jsonl"), _emulated("1gbit.jsonl")
+    broken = [*runs, {**runs[-1], "status": "oom", "error": "out of memory"}]
+    row = acc.job_row(sweeps, broken, 2)
+    assert row.status == FAIL and "1 training job(s) failed: oom: out of memory" in row.reason
+    row = acc.job_row([], runs, 2)
+    assert row.status == FAIL and "needs an ok all-reduce sweep" in row.reason
+
+
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_the_verdict_section_shows_any_text_as_text(subject, reason):
+    """A hostname or note from a record reaches the report's first section: as one table
+    row of its own text, in Markdown and HTML, never as markup."""
+    from html.parser import HTMLParser
+    from pathlib import Path
+
+    from markdown_it import MarkdownIt
+
+    from bench.analysis import report
+
+    row = acc.Row("device", subject, "matmul fp32", "GFLOP/s", 1.0, 2.0, FAIL, reason)
+    text = report.markdown(Path("job.jsonl"), [], verdict=[row])
+    section = text.split("## Acceptance verdict")[1].split("## Summary")[0]
+    tokens = MarkdownIt().enable("table").parse(section)
+    assert sum(t.type == "tr_open" for t in tokens) == 2          # the header and the row
+    assert not any(t.type in ("html_inline", "html_block", "link_open") for t in tokens)
+
+    page = report.to_html(Path("job.jsonl"), [], verdict=[row])
+    page = page.split("<h2>Acceptance verdict</h2>")[1].split("<h2>Summary</h2>")[0]
+
+    class Tags(HTMLParser):
+        tags: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+
+    parser = Tags()
+    parser.tags = []
+    parser.feed(page)
+    assert parser.tags.count("tr") == 2 and "script" not in parser.tags
