@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from bench import record  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
-from bench.paths import MARK_COMMENT, OWNED_MARK, write_output  # noqa: E402
+from bench.paths import MARK_COMMENT, check_output, owned_json, write_output  # noqa: E402
 from bench.units import format_rate, parse_rate, tc_rate  # noqa: E402
 
 HOSTS = 4
@@ -250,30 +248,6 @@ def analyse(out: Path) -> list[Tally]:
     return tallies
 
 
-def write_json(path: Path, data: dict) -> None:
-    """``data`` as JSON at ``path``, atomically; never over a file this script did not
-    write (its ``written_by`` names the stack's mark)."""
-    if path.is_symlink() or (path.exists() and not _ours(path)):
-        raise ConfigError("--out", path, "exists and was not written by this script: "
-                          "nothing was written; move it away or give --out another directory")
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"written_by": OWNED_MARK, **data}, f, indent=2)
-            f.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _ours(path: Path) -> bool:
-    try:
-        return json.loads(path.read_text()).get("written_by") == OWNED_MARK
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def _checked(a: argparse.Namespace) -> None:
     """Every setting in range; ConfigError names the first that is not."""
     link_bps = parse_rate(a.link, "--link")
@@ -329,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
                 "n_clean": a.n_clean, "n_slow": a.n_slow}
     text = markdown(tallies, settings)
     try:  # never over a file bench did not make, nor through a link (paths.write_output)
+        for name in ("straggler.md", "straggler.json"):    # both checked before either
+            check_output(a.out / name, "--out", (), "give --out another directory")
         write_output(a.out / "straggler.md", f"{MARK_COMMENT}\n{text}\n", setting="--out",
                      fix="give --out another directory")
-        write_json(a.out / "straggler.json", {"settings": settings,
-                                              "conditions": [t.as_dict() for t in tallies]})
+        write_output(a.out / "straggler.json",
+                     owned_json({"settings": settings,
+                                 "conditions": [t.as_dict() for t in tallies]}),
+                     setting="--out", fix="give --out another directory")
     except ConfigError as error:
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2

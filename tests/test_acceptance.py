@@ -269,3 +269,62 @@ def test_the_verdict_section_shows_any_text_as_text(subject, reason):
     parser.tags = []
     parser.feed(page)
     assert parser.tags.count("tr") == 2 and "script" not in parser.tags
+
+
+_figure_value = st.floats(min_value=1e-9, max_value=1e12)
+_repeats = st.lists(_figure_value, min_size=1, max_size=6)
+_node = st.integers(min_value=0, max_value=5)
+_name = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Cf")),
+                max_size=20)
+
+
+@st.composite
+def _accept_records(draw) -> dict:
+    from bench import record
+
+    devices = draw(st.lists(st.fixed_dictionaries({
+        "rank": st.integers(0, 7), "local_rank": st.integers(0, 3), "node_rank": _node,
+        "hostname": _name, "device": _name, "note": _name,
+        "figures": st.dictionaries(st.sampled_from(["matmul fp32", "matmul bf16", "training",
+                                                    "memory bandwidth"]),
+                                   st.fixed_dictionaries({
+                                       "unit": st.sampled_from(["GFLOP/s", "GB/s",
+                                                                "samples/s"]),
+                                       "values": _repeats}), max_size=4)}), max_size=6))
+    links = draw(st.lists(st.fixed_dictionaries({
+        "nodes": st.lists(_node, min_size=2, max_size=2),
+        "bytes": st.integers(1, 1 << 30), "unit": st.just("GB/s"), "values": _repeats}),
+        max_size=8))
+    data = draw(st.lists(st.fixed_dictionaries({
+        "node": _node, "path": _name, "files": st.integers(0, 100),
+        "bytes": st.integers(0, 10**12), "samples": st.none() | st.integers(1, 10**9),
+        "MBps": st.lists(_figure_value, max_size=4),
+        "files_per_s": st.lists(_figure_value, max_size=4)}), max_size=4))
+    rec = {"schema_version": 1, "run_id": "r", "utc_time": "2026-11-25T00:00:00+00:00",
+           "mode": "accept", "status": "ok", "error": None, "config": {}, "config_hash": "h",
+           "world_size": 1, "nnodes": 1, "nproc_per_node": 1,
+           "backend": draw(st.sampled_from(["gloo", "nccl"])), "devices": devices,
+           "links": links, "data": data, "env": _ENV}
+    problem = record.problem_of(rec)
+    assert problem is None, problem
+    return rec
+
+
+def _env() -> dict:
+    from bench import record
+    from tests.conftest import REPO
+
+    path = REPO / "results" / "reference" / "emulated-cpu" / "1gbit-comm.jsonl"
+    return next(iter(record.read(path)))["env"]
+
+
+_ENV = _env()
+
+
+@given(_accept_records(), st.none() | st.floats(min_value=1e-6, max_value=1e3))
+def test_any_accepted_accept_record_is_judged_without_failing(rec, nominal):
+    """Whatever the schema lets through (a pair of one node with itself, a data path with
+    no reads, a device without figures), the verdict is rows, each with a known status."""
+    rows = acc.judge_record(rec, {"x": {"matmul fp32": 1.0}}, nominal)
+    assert all(row.status in acc.SEVERITY for row in rows)
+    assert all(acc.finite_row(json.loads(json.dumps(row.as_dict()))) for row in rows)

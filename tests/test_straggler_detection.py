@@ -131,8 +131,13 @@ def test_analyse_only_rereads_the_records_and_writes_the_table(tmp_path, capsys)
     # Run again: both outputs are its own and replaced; a stranger's JSON is not.
     assert sd.main(["--out", str(tmp_path), "--analyse-only"]) == 0
     (tmp_path / "straggler.json").write_text("{}")
+    before = (tmp_path / "straggler.md").read_bytes()
+    (tmp_path / "straggler.md").write_bytes(before + b"\n")
     assert sd.main(["--out", str(tmp_path), "--analyse-only"]) == 2
-    assert "not written by this script" in capsys.readouterr().err
+    assert "lacks the mark of the stack's reports" in capsys.readouterr().err
+    # Neither output was written: the stranger's JSON is checked before the table.
+    assert (tmp_path / "straggler.json").read_text() == "{}"
+    assert (tmp_path / "straggler.md").read_bytes() == before + b"\n"
 
 
 @pytest.mark.parametrize(("args", "says"), [

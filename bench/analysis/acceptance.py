@@ -280,6 +280,11 @@ class DataFigure:
 def judge_data(figures: Sequence[DataFigure]) -> list[Row]:
     rows = []
     for figure in figures:
+        if not figure.mb_per_s or not figure.files_per_s:
+            rows.append(Row("data", f"node {figure.node}", "dataset read", "MB/s",
+                            figure.need_mb_per_s, None, FAIL, "nothing was read: the "
+                            "directory holds no file this node can see"))
+            continue
         measured = statistics.fmean(figure.mb_per_s)
         files = statistics.fmean(figure.files_per_s)
         need = figure.need_mb_per_s
