@@ -63,8 +63,15 @@ def summary(records: list[dict]) -> list[str]:
     """Three lines that answer the scaling question (the best run, how the setup of that
     run scales to its largest topology, and how much of that step is communication), then
     a line per node count for all-reduce sweeps: the bandwidth the link gave them."""
-    lines = _training_summary(records) + sweep_summary(records)
+    lines = _training_summary(records) + sweep_summary(records) + accept_summary(records)
     return lines or ["no run finished ok: see the status column and the job logs"]
+
+
+def accept_summary(records: list[dict]) -> list[str]:
+    """A line per ok acceptance measurement (``bench accept`` judges them)."""
+    return [f"acceptance measurements: {len(rec['devices'])} device(s), {len(rec['links'])} "
+            f"link pair(s), {len(rec['data'])} data path(s); bench accept judges them"
+            for rec in records if rec.get("mode") == "accept" and rec.get("status") == "ok"]
 
 
 def sweep_summary(records: list[dict]) -> list[str]:
