@@ -71,3 +71,26 @@ def test_a_json_verdict_is_the_stacks_own_and_replaces_only_its_own(tmp_path):
     with pytest.raises(ConfigError, match="--out"):
         paths.write_output(mine, paths.owned_json({}), setting="--out")
     assert mine.read_text() == '{"rows": "my own notes"}\n'
+
+
+def test_kubernetes_renders_every_job_of_the_acceptance(tmp_path, capsys):
+    """``--dry-run`` through the k8s launcher: the measurement job, the job stage's sweep
+    and its training runs, each as manifests the Kubernetes schemas accept."""
+    import kubernetes_validate
+    import yaml
+
+    code = accept.main(["--out", str(tmp_path / "acc"), "--nodes", "2", "--launcher", "k8s",
+                        "--image", "bench-trainer:cpu", "--dry-run", "--job-repeats", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    jobs = [part for part in out.split("### job: ")[1:]]
+    assert [job.split(" (k8s)")[0].split(" ", 2)[2] for job in jobs] == [
+        "acceptance 2x1 auto repeat 1/1", "all-reduce 2x1 auto repeat 1/1",
+        "batch 16 1x1 mlp fp32 auto repeat 1/2", "batch 16 2x1 mlp fp32 auto repeat 1/2",
+        "batch 16 1x1 mlp fp32 auto repeat 2/2", "batch 16 2x1 mlp fp32 auto repeat 2/2"]
+    assert "bench.rank.accept" in jobs[0] and "bench.rank.train" in jobs[2]
+    version = kubernetes_validate.latest_version()
+    for job in jobs:
+        for doc in yaml.safe_load_all(job.split("\n", 1)[1]):
+            kubernetes_validate.validate(doc, version, strict=True)
+    assert not (tmp_path / "acc").exists()     # a dry run starts and writes nothing

@@ -228,6 +228,11 @@ def main(argv: list[str] | None = None, prog: str = "bench accept") -> int:
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    if first.dry_run:
+        # --dry-run: every job as its launcher would start it (Kubernetes: its manifests).
+        print("\n\n".join(matrix.render(cfg, launcher)
+                           for cfg in (jobs.measure, jobs.sweep, jobs.train) if cfg))
+        return 0
     rows: list[Row] = []
     if "preflight" in stages:
         topologies = [Topology.parse(f"{a.nodes}x{a.gpus}")]
