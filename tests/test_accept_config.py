@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import given
@@ -94,3 +95,46 @@ def test_kubernetes_renders_every_job_of_the_acceptance(tmp_path, capsys):
         for doc in yaml.safe_load_all(job.split("\n", 1)[1]):
             kubernetes_validate.validate(doc, version, strict=True)
     assert not (tmp_path / "acc").exists()     # a dry run starts and writes nothing
+
+
+def _faults_script():
+    import importlib.util
+    import sys
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("accept_faults",
+                                                  REPO / "scripts" / "accept_faults.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["accept_faults"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fault_benchmark_tallies_each_condition(tmp_path, capsys):
+    faults = _faults_script()
+
+    def verdict(name: str, rows: list[tuple[str, str, str]]) -> None:
+        (tmp_path / name).mkdir()
+        failed = sum(status == "FAIL" for _, _, status in rows)
+        (tmp_path / name / "accept.json").write_text(json.dumps({
+            "exit_code": 1 if failed else 0, "failed": failed,
+            "warned": sum(status == "WARN" for _, _, status in rows),
+            "rows": [{"stage": s, "subject": subject, "status": status}
+                     for s, subject, status in rows]}))
+
+    verdict("clean-1", [("device", "node 0 vm rank 0", "PASS"),
+                        ("device", "node 1 vm rank 1", "WARN")])
+    verdict("clean-2", [("device", "node 3 vm rank 3", "FAIL")])           # a false alarm
+    verdict("cpu-1", [("device", "node 2 vm rank 2", "FAIL"), ("link", "node 2", "FAIL")])
+    verdict("link-1", [("device", "node 2 vm rank 2", "FAIL")])            # the wrong stage
+    assert faults.main(["--out", str(tmp_path), "--analyse-only"]) == 0
+    rows = {r["condition"]: r for r in json.loads(
+        (tmp_path / "accept-faults.json").read_text())["rows"]}
+    assert (rows["clean"]["runs"], rows["clean"]["exit_0"], rows["clean"]["warn_rows"],
+            rows["clean"]["runs_with_a_fail"]) == (2, 1, 1, 1)
+    assert rows["cpu"]["fault_named"] == 1 and rows["link"]["fault_named"] == 0
+    assert "| clean | 2 | 1 | 1 | 1 | 1 | - |" in capsys.readouterr().out
+    # Its outputs are its own: a stranger's file there is refused before anything runs.
+    (tmp_path / "accept-faults.md").write_text("mine\n")
+    assert faults.main(["--out", str(tmp_path), "--analyse-only"]) == 2

@@ -1,0 +1,156 @@
+"""Measure ``bench accept`` on emulated hosts (issue 27): a clean cluster, run again and
+again, must not FAIL; each fault must FAIL the row that names its host.
+
+  python scripts/accept_faults.py --out results/accept-faults-TAG --clean 10   (root)
+  python scripts/accept_faults.py --out results/accept-faults-TAG --analyse-only
+
+Four emulated hosts (``--launcher netns``, 1 Gbit/s links, every host held to the same CPU
+quota and free to run on every CPU), in these conditions, interleaved:
+
+  clean   every host alike                                          x --clean
+  cpu     host 2's CPU quota cut to a quarter                       x --faulty
+  link    host 2's link shaped to a tenth of the others'            x --faulty
+
+Each run is one ``bench accept`` into its own directory (``OUT/<condition>-<n>``); the
+table counts, per condition, the runs that exited 0, their FAIL and WARN rows, and whether
+the failed rows name host 2 in the stage of the fault. It goes to accept-faults.md and
+accept-faults.json in --out.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.config import OneLineErrorParser  # noqa: E402
+from bench.options import ConfigError, require_range  # noqa: E402
+from bench.paths import MARK_COMMENT, check_output, owned_json, write_output  # noqa: E402
+
+HOSTS = 4
+FAULTY = 2
+FAIR_QUOTA = 0.4
+# Small figures: each run measures in about a minute on two CPUs.
+RANK_FLAGS = ["--repeats", "5", "--memory-size", "16MiB", "--matmul-size", "192",
+              "--link-size", "4MiB", "--train-steps", "2", "--train-batch", "32"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Condition:
+    name: str
+    flags: tuple[str, ...]
+    stage: str | None          # where the fault should FAIL; None: nothing should
+
+
+def _quotas(faulty: float) -> str:
+    return ",".join(f"{faulty if node == FAULTY else FAIR_QUOTA:g}" for node in range(HOSTS))
+
+
+CONDITIONS = {
+    "clean": Condition("clean", ("--host-cpu-quota", _quotas(FAIR_QUOTA)), None),
+    "cpu": Condition("cpu", ("--host-cpu-quota", _quotas(FAIR_QUOTA / 4)), "device"),
+    "link": Condition("link", ("--host-cpu-quota", _quotas(FAIR_QUOTA), "--host-links",
+                               ",".join("100mbit" if n == FAULTY else ""
+                                        for n in range(HOSTS))), "link"),
+}
+
+
+def accept_argv(condition: Condition, out: Path, stages: str) -> list[str]:
+    return [sys.executable, "-m", "bench", "accept", "--out", str(out), "--nodes", str(HOSTS),
+            "--stages", stages, "--launcher", "netns", "--link", "1gbit",
+            "--cpus-per-node", str(os.cpu_count() or 1), *condition.flags, "--", *RANK_FLAGS]
+
+
+def schedule(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """(condition, run number), each condition spread evenly over the whole."""
+    placed = [((j + 0.5) / n, list(CONDITIONS).index(name), name, j + 1)
+              for name, n in counts.items() for j in range(n)]
+    return [(name, number) for _at, _order, name, number in sorted(placed)]
+
+
+def tally(out: Path) -> list[dict]:
+    rows = []
+    for name, condition in CONDITIONS.items():
+        runs = sorted(out.glob(f"{name}-*/accept.json"))
+        verdicts = []
+        for path in runs:
+            try:
+                verdicts.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as error:
+                print(f"{path}: skipped: {error}", file=sys.stderr)
+        named = 0
+        for verdict in verdicts:
+            failed = [r for r in verdict.get("rows", []) if r.get("status") == "FAIL"]
+            if condition.stage and failed and \
+                    all(f"node {FAULTY}" in r.get("subject", "") for r in failed) and \
+                    any(r.get("stage") == condition.stage for r in failed):
+                named += 1
+        rows.append({"condition": name, "runs": len(verdicts),
+                     "exit_0": sum(v.get("exit_code") == 0 for v in verdicts),
+                     "fail_rows": sum(v.get("failed", 0) for v in verdicts),
+                     "warn_rows": sum(v.get("warned", 0) for v in verdicts),
+                     "runs_with_a_fail": sum(v.get("failed", 0) > 0 for v in verdicts),
+                     "fault_named": named if condition.stage else None})
+    return rows
+
+
+def markdown(rows: list[dict], stages: str) -> str:
+    lines = [f"# bench accept on {HOSTS} emulated hosts: clean runs and faults on host "
+             f"{FAULTY}", "", f"Stages {stages}; every host held to {FAIR_QUOTA:g} CPU unless "
+             "cut; 1 Gbit/s links.", "",
+             "| condition | runs | exit 0 | runs with a FAIL | FAIL rows | WARN rows | "
+             "fault named (host and stage) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        named = "-" if r["fault_named"] is None else str(r["fault_named"])
+        lines.append(f"| {r['condition']} | {r['runs']} | {r['exit_0']} | "
+                     f"{r['runs_with_a_fail']} | {r['fail_rows']} | {r['warn_rows']} | {named} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineErrorParser(description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--clean", type=int, default=10, help="clean runs (default: 10)")
+    p.add_argument("--faulty", type=int, default=1, help="runs of each fault (default: 1)")
+    p.add_argument("--stages", default="preflight,device,link",
+                   help="bench accept's stages (default: preflight,device,link)")
+    p.add_argument("--analyse-only", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        require_range(a.clean, "clean", 0, 1000)
+        require_range(a.faulty, "faulty", 0, 1000)
+        for name in ("accept-faults.md", "accept-faults.json"):
+            check_output(a.out / name, "--out", (), "give --out another directory")
+    except ConfigError as error:
+        print(f"{p.prog}: error: {error}", file=sys.stderr)
+        return 2
+    if not a.analyse_only:
+        a.out.mkdir(parents=True, exist_ok=True)
+        counts = {"clean": a.clean, "cpu": a.faulty, "link": a.faulty}
+        plan = schedule(counts)
+        for index, (name, number) in enumerate(plan, 1):
+            print(f"[accept-faults] run {index}/{len(plan)}: {name} {number}", file=sys.stderr,
+                  flush=True)
+            run = a.out / f"{name}-{number}"
+            code = subprocess.run(accept_argv(CONDITIONS[name], run, a.stages),
+                                  cwd=REPO).returncode
+            if code == 2:
+                return 2
+    rows = tally(a.out)
+    text = markdown(rows, a.stages)
+    write_output(a.out / "accept-faults.md", f"{MARK_COMMENT}\n{text}\n", setting="--out")
+    write_output(a.out / "accept-faults.json", owned_json({"stages": a.stages, "rows": rows}),
+                 setting="--out")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
