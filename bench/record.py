@@ -140,27 +140,68 @@ def _truncate_quietly(fd: int, size: int) -> None:
         pass
 
 
+# JSON characters per printed line of a record: with its marker, a line stays under
+# PIPE_BUF (4096 bytes, and the JSON is ASCII), so it reaches the pipe in one write, and
+# under the 16 KiB at which Docker and container runtimes split a log line. A collector that
+# merges stdout with stderr (kubectl logs, docker run) may then put another line between
+# two lines of a record, never inside one: a record printed on one line of 20 KB came back
+# with a stderr line spliced into its middle.
+RECORD_CHUNK = 3000
+_CHUNK_LINE = re.compile(re.escape(MARKER) + r" ([0-9a-f]{8}) ([0-9]{1,7})/([0-9]{1,7}) (.*)\Z")
+
+
 def emit(record: dict, stream=None) -> None:
-    """Print the record after the marker line, for a launcher to capture."""
+    """Print the record for a launcher to capture, in lines of ``MARKER TAG K/N PART``:
+    the JSON cut into parts of RECORD_CHUNK characters, each line flushed on its own."""
     stream = stream or sys.stdout
-    stream.write(f"{MARKER}\n{dumps(record)}\n")
+    text = dumps(record)
+    parts = [text[i:i + RECORD_CHUNK] for i in range(0, len(text), RECORD_CHUNK)]
+    tag = uuid.uuid4().hex[:8]
     stream.flush()
+    for number, part in enumerate(parts, 1):
+        stream.write(f"{MARKER} {tag} {number}/{len(parts)} {part}\n")
+        stream.flush()
+
+
+def is_record_line(line: str) -> bool:
+    """A line of a printed record, or the marker of the one-line form."""
+    line = line.rstrip("\n")
+    return line == MARKER or line.startswith(MARKER + " ")
 
 
 def parse_stdout(text: str) -> list[dict]:
-    """Every record printed after a marker in a captured stdout (a line after a marker
-    that is not a JSON object, e.g. output cut off by a killed node, is left out)."""
+    """Every record printed in a captured output: its parts (``emit``) found by their tag
+    whatever lines came between them, or, as earlier versions printed it, the line after
+    a bare marker. A record whose parts are not all there, or that is not a JSON object
+    (output cut off by a killed node), is left out."""
     lines = text.splitlines()
     found = []
-    for i, line in enumerate(lines[:-1]):
+    pending: dict[str, tuple[int, dict[int, str]]] = {}
+    for i, line in enumerate(lines):
         if line == MARKER:
-            try:
-                rec = json.loads(lines[i + 1])
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(rec, dict):
-                found.append(rec)
+            if i + 1 < len(lines):
+                found += _object(lines[i + 1])
+            continue
+        match = _CHUNK_LINE.match(line)
+        if not match:
+            continue
+        tag, number, count = match.group(1), int(match.group(2)), int(match.group(3))
+        total, parts = pending.setdefault(tag, (count, {}))
+        if total != count or not 1 <= number <= count:
+            continue
+        parts[number] = match.group(4)
+        if len(parts) == count:
+            del pending[tag]
+            found += _object("".join(parts[n] for n in range(1, count + 1)))
     return found
+
+
+def _object(text: str) -> list[dict]:
+    try:
+        rec = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    return [rec] if isinstance(rec, dict) else []
 
 
 # --- reading -------------------------------------------------------------------------------

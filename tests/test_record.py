@@ -5,6 +5,8 @@ import json
 import multiprocessing
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import record
 from bench.devices import DEVICES, NO_PEAK, device_key, job_peak, peak_tflops
@@ -137,3 +139,37 @@ def test_every_reference_in_the_schemas_resolves(mode):
     schema = record.schema(mode)
     refs = set(re.findall(r'"#/\$defs/([^"]+)"', json.dumps(schema)))
     assert refs and refs <= set(schema["$defs"]), refs - set(schema["$defs"])
+
+
+# --- the record on stdout: whole through a collector that splices stderr in --------------
+
+@given(st.dictionaries(st.text(max_size=30), st.text(max_size=5000), max_size=8),
+       st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=80),
+                max_size=12), st.randoms(use_true_random=False))
+def test_a_printed_record_survives_lines_spliced_between_its_parts(rec, noise, rng):
+    """kubectl logs and docker run merge stdout with stderr line by line: any lines may
+    come between the record's lines, and it is read back whole; each of its lines is
+    short enough to be written whole (under PIPE_BUF)."""
+    import io
+
+    out = io.StringIO()
+    record.emit(rec, out)
+    lines = out.getvalue().splitlines()
+    assert all(len(line.encode()) < 4096 for line in lines)
+    merged = list(lines)
+    for line in noise:
+        merged.insert(rng.randrange(len(merged) + 1), line.replace("\n", " ").replace("\r", " "))
+    assert record.parse_stdout("\n".join(merged)) == [json.loads(record.dumps(rec))]
+
+
+def test_a_record_missing_a_part_is_not_read_and_the_old_form_still_is():
+    import io
+
+    out = io.StringIO()
+    record.emit({"x": "y" * 7000}, out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3
+    assert record.parse_stdout("\n".join(lines[:1] + lines[2:])) == []
+    assert record.parse_stdout(f"noise\n{record.MARKER}\n{{\"a\": 1}}\n") == [{"a": 1}]
+    assert all(record.is_record_line(line) for line in lines)
+    assert not record.is_record_line("==> bench-record <==x")

@@ -18,7 +18,7 @@ from bench.accept_config import skeleton as accept_skeleton
 from bench.allreduce_config import AllreduceConfig, skeleton
 from bench.config import TrainConfig
 from bench.host.outcome import JobOutcome
-from bench.record import MARKER, STATUSES, train_skeleton
+from bench.record import MARKER, STATUSES, is_record_line, train_skeleton
 from bench.topology import Topology
 
 # What ``bench.rank.job`` prints on any rank whose measurement failed.
@@ -138,8 +138,8 @@ def _without_records(lines: list[str]) -> list[str]:
     JSON holds words like "error" but is data, never a cause."""
     kept, after_marker = [], False
     for line in lines:
-        if line.rstrip("\n") == MARKER:
-            after_marker = True
+        if is_record_line(line):
+            after_marker = line.rstrip("\n") == MARKER    # the one-line form: JSON next
             continue
         if not after_marker and not line.lstrip().startswith('{"'):
             kept.append(line)

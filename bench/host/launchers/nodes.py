@@ -97,7 +97,7 @@ def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> N
         for line in proc.stdout:  # type: ignore[union-attr]
             node.output.append(line.rstrip("\n"))
             # The record is data for the launcher and the results file, not for the console.
-            if CONSOLE.echo and not record_line and line.rstrip("\n") != record.MARKER \
+            if CONSOLE.echo and not record_line and not record.is_record_line(line) \
                     and not any(noise in line for noise in CONSOLE_NOISE):
                 _echo(f"[{node.host}] {line}")
             record_line = line.rstrip("\n") == record.MARKER
