@@ -323,10 +323,11 @@ accept: RESULTS ?= results/accept-$(RUN_TAG)
 accept: LINK ?= 1gbit
 accept: export BENCH_LAUNCHER_HOSTS = $(HOSTS)
 accept: export BENCH_LAUNCHER_RUNTIME = $(RUNTIME)
+accept: export BENCH_LAUNCHER_LINK = $(LINK)
 accept: venv ## does the cluster work? PASS/WARN/FAIL per device, link and the whole job: HOSTS=h1,h2 over SSH, else 4 emulated hosts (LINK, root)
 	@if [ -n "$$MK_HOSTS" ]; then $(check_hosts) || exit 2; \
 	  launcher=(--launcher ssh --nodes $(host_count) --gpus "$${MK_GPUS_PER_NODE:-1}"); \
-	else launcher=(--launcher netns --link "$$MK_LINK" --nodes 4); fi; \
+	else launcher=(--launcher netns --nodes 4); fi; \
 	$(PY) -m bench accept --out "$$MK_RESULTS" "$${launcher[@]}"
 
 # Slurm: each repeat one batch job, one srun task per node (see README, "On Slurm").

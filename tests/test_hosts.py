@@ -237,7 +237,12 @@ def test_a_real_ssh_on_path_sees_dashdash_before_the_host(tmp_path):
      "--runtime", "native", "--topologies", "1x1", "--", "--steps", "1"],
     ["matrix", "--launcher", "ssh", "--hosts", f"$(touch {MARKER})", "--runtime", "native",
      "--", "--steps", "1"],
-], ids=["doctor-proxycommand", "doctor-semicolon", "matrix-proxycommand", "matrix-subst"])
+    ["accept", "--out", "acc", "--launcher", "ssh", "--nodes", "2", "--hosts",
+     f"127.0.0.2,-oProxyCommand=touch {MARKER}", "--runtime", "native"],
+    ["accept", "--out", "acc", "--launcher", "ssh", "--nodes", "2", "--hosts",
+     f"a;touch {MARKER}", "--runtime", "native"],
+], ids=["doctor-proxycommand", "doctor-semicolon", "matrix-proxycommand", "matrix-subst",
+        "accept-proxycommand", "accept-semicolon"])
 def test_a_hostile_host_is_one_line_exit_2_and_runs_nothing(argv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", *argv], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)

@@ -327,3 +327,18 @@ def test_slurm_settings_reach_bench_as_settings_and_empty_ones_as_unset(fake_ven
     assert settings["BENCH_LAUNCHER_ACCOUNT"] == ""   # bench: empty is unset
     assert settings["BENCH_LAUNCHER_RUNTIME"] == "compose"
     assert settings["BENCH_LAUNCHER_GPUS_PER_NODE"] == "0"
+
+
+def test_accept_runs_emulated_hosts_or_hosts_over_ssh(fake_venv):
+    proc = run_make("accept", f"VENV={fake_venv.path}", "LINK=5gbit", "RESULTS=r x")
+    assert proc.returncode == 0, proc.stderr
+    (argv,), (settings,) = fake_venv.bench_calls("accept"), fake_venv.bench_settings("accept")
+    assert argv[argv.index("--launcher") + 1] == "netns" and "--link" not in argv
+    assert argv[argv.index("--nodes") + 1] == "4" and argv[argv.index("--out") + 1] == "r x"
+    assert settings["BENCH_LAUNCHER_LINK"] == "5gbit"
+    proc = run_make("accept", f"VENV={fake_venv.path}", "HOSTS=h1,h2,h3", "GPUS_PER_NODE=2")
+    assert proc.returncode == 0, proc.stderr
+    argv = fake_venv.bench_calls("accept")[-1]
+    assert argv[argv.index("--launcher") + 1] == "ssh"
+    assert (argv[argv.index("--nodes") + 1], argv[argv.index("--gpus") + 1]) == ("3", "2")
+    assert fake_venv.bench_settings("accept")[-1]["BENCH_LAUNCHER_HOSTS"] == "h1,h2,h3"

@@ -48,8 +48,10 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     train = subprocess.run(
+        # Steps enough that the one-node job outlasts its neighbour's start (at 3, the job
+        # once ended before the neighbour had printed its first line).
         _matrix("--topologies", "1x1,2x1", "--models", "smallcnn", "--batch-sizes", "8",
-                "--results", str(results), "--", "--steps", "3", "--warmup-steps", "1",
+                "--results", str(results), "--", "--steps", "12", "--warmup-steps", "1",
                 "--comm-probe-steps", "2"),
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr[-3000:]
