@@ -29,7 +29,7 @@ NODE_VARIABLES = {
     "MASTER_PORT": "the rendezvous port on node 0",
     "RDZV_TIMEOUT": "seconds a node waits for the others at the rendezvous",
     "BENCH_JOB_ID": "the job's id: torchrun's --rdzv-id, to find the job's processes again",
-    "BENCH_MODULE": "the workload: bench.rank.train or bench.rank.allreduce",
+    "BENCH_MODULE": "the workload: bench.rank.train, bench.rank.allreduce or bench.rank.accept",
     "BENCH_ARGS": "the workload's flags, one shell-quoted string",
     "RESULTS_DIR": "the host directory mounted at /results",
     "RESULTS_NAME": "the record file inside it",
@@ -54,7 +54,7 @@ class NodeSpec:
     master_port: int                   # node 0's rendezvous port, as the job chose it
     rdzv_timeout: int                  # seconds the node waits for the others to join
     job_id: str                        # torchrun's --rdzv-id: finds the job's processes
-    module: str                        # the workload: bench.rank.train or .allreduce
+    module: str                        # the workload: bench.rank.train, .allreduce or .accept
     workload_args: tuple[str, ...]     # its flags (without --results)
     results: Path                      # the file rank 0 appends the record to
     workdir: Path                      # the stack's checkout, where the node starts

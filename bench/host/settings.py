@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
 
 
 # The workloads a node can run (torchrun -m), as bench.host.matrix names them.
-WORKLOAD_MODULES = ("bench.rank.train", "bench.rank.allreduce")
+WORKLOAD_MODULES = ("bench.rank.train", "bench.rank.allreduce", "bench.rank.accept")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HOST_NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+")
 
