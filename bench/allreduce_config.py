@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 from pathlib import Path
 
 from bench import record
@@ -27,6 +25,8 @@ from bench.options import (
     option,
     require,
     require_range,
+    settings_dict,
+    settings_hash,
 )
 from bench.paths import check_writable_file
 from bench.units import parse_size
@@ -90,12 +90,10 @@ class AllreduceConfig:
         return from_namespace(cls, parser.parse_args(argv))
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        return settings_dict(self)
 
     def hash(self) -> str:
-        resolved = self.to_dict()
-        resolved.pop("results")
-        return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+        return settings_hash(self)
 
 
 def message_sizes(low: int, high: int) -> tuple[int, ...]:

@@ -10,6 +10,8 @@ import argparse
 import contextlib
 import contextvars
 import dataclasses
+import hashlib
+import json
 import math
 import re
 import typing
@@ -153,3 +155,16 @@ def on_head():
 def checks_environment() -> bool:
     """Whether config validation may look at files and devices (False under ``on_head``)."""
     return not _ON_HEAD.get()
+
+
+def settings_dict(cfg: Any) -> dict:
+    """A workload config's fields as JSON values (paths as text): its record's ``config``."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def settings_hash(cfg: Any) -> str:
+    """The hash of a workload config's fields but where its record goes (``results``): two
+    runs of the same workload share it wherever they write."""
+    resolved = settings_dict(cfg)
+    resolved.pop("results")
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
