@@ -18,7 +18,8 @@
 #  8. a precision x batch sweep through the matrix, with energy per sample
 # Every step's log, record and the step list go under WORKDIR; PACKED, when given, is
 # rewritten after each step, so whatever ran comes back even if the call is cut short.
-# DEADLINE_S (default 480) bounds the whole script; PYTHON (python3) runs everything.
+# DEADLINE_S (default 480) bounds the whole script; PYTHON (python3) runs everything; SKIP
+# names steps not to run (e.g. those a first call of the same tree already ran).
 set -uo pipefail
 work=${1:?usage: scripts/gpu-session.sh WORKDIR [PACKED.tar.gz]}
 packed=${2:-}
@@ -35,6 +36,9 @@ pack() {
 
 step() {  # step NAME LIMIT_S CMD...: run under its limit if the deadline allows, log, go on
   local name=$1 limit=$2; shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    echo "== $name: skipped (SKIP)" | tee -a "$work/steps.log"; return
+  fi
   local left=$((deadline - SECONDS))
   if ((left < limit / 2)); then
     echo "== $name: not run, $left s left of the session (needs about $limit)" \
@@ -103,7 +107,7 @@ step vit-eager 60 "$py" -m bench train --device cuda --model vit_b_16 --batch-si
   --precision bf16 --warmup-steps 10 --steps 30 --log-every 0 --results "$work/vit.jsonl"
 
 step sweep 120 "$py" -m bench matrix --launcher native --topologies 1x1 \
-  --models resnet50 --precisions tf32,bf16,fp16 --batch-sizes 128,256 --repeats 1 \
+  --models resnet50 --precisions tf32,bf16 --batch-sizes 128,256 --repeats 1 \
   --results "$work/sweep.jsonl" -- --device cuda --channels-last --steps 30 --warmup-steps 10
 
 "$py" - "$work" <<'PYEOF' | tee "$work/summary.txt"

@@ -128,3 +128,31 @@ def test_ddp_keeps_its_own_all_reduce_unless_a_hook_is_needed(one_rank_group, ho
 def test_which_timed_steps_are_observed(hook, world_size, observed):
     cfg = DistributedConfig(backend="gloo", device="cpu", comm_hook=hook)
     assert traffic_module.observes_timed_steps(cfg, world_size) is observed
+
+
+@pytest.mark.parametrize("name, kind, counted", [
+    ("all_gather_single", "all_gather", "output"),
+    ("all_gather_into_tensor", "all_gather", "output"),
+    ("reduce_scatter_single", "reduce_scatter", "input"),
+    ("reduce_scatter_tensor", "reduce_scatter", "input"),
+])
+def test_fsdp_collectives_are_counted_under_every_torch_name(monkeypatch, name, kind, counted):
+    """FSDP2 calls its collectives by the 2.14 names or by the earlier ones (torch 2.11 on
+    the lent GPUs had no all_gather_single, and importing the trainer failed there): each
+    is counted by what crosses the wire and reaches torch.distributed's own function."""
+    calls, sent = [], []
+    monkeypatch.setattr(traffic_module.dist, name,
+                        lambda output, input, **kw: calls.append((output, input)) or "work",
+                        raising=False)
+
+    class Seen:
+        def sent(self, tensor, what):
+            sent.append((tensor, what))
+
+    counter = traffic_module._CountingFSDPCollectives()
+    counter.traffic = Seen()
+    output, input_ = torch.zeros(4), torch.ones(2)
+    assert getattr(counter, name)(output, input_, async_op=True) == "work"
+    assert calls == [(output, input_)]
+    assert sent == [(output if counted == "output" else input_, kind)]
+    assert counter.barrier is traffic_module.dist.barrier  # anything else passes through

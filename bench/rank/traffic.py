@@ -236,28 +236,36 @@ def observes_timed_steps(cfg: DistributedConfig, world_size: int) -> bool:
     return world_size > 1 and (cfg.comm_hook != "none" or cfg.strategy == "fsdp")
 
 
+# FSDP2's collectives by the name it calls them: torch 2.14 calls the ``*_single`` ones,
+# earlier releases (2.11 on the lent GPUs) ``all_gather_into_tensor`` and
+# ``reduce_scatter_tensor``. Each is counted by what crosses the wire: an all-gather's output
+# (the unsharded parameters), a reduce-scatter's input (the unsharded gradients).
+FSDP_COLLECTIVES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+                    "reduce_scatter_single": "reduce_scatter",
+                    "reduce_scatter_tensor": "reduce_scatter"}
+
+
 class _CountingFSDPCollectives:
     """Stands in for ``torch.distributed`` inside FSDP2's collectives module: counts each
-    all-gather (its output: the unsharded parameters) and reduce-scatter (its input: the
-    unsharded gradients) into the current ``GradientTraffic``; everything passes through."""
+    all-gather and reduce-scatter into the current ``GradientTraffic`` and, where
+    ``host_timed``, times it for the step breakdown; everything passes through."""
 
     def __init__(self) -> None:
         self.traffic: GradientTraffic | None = None
-        self.all_gather = dist.all_gather_single
-        self.reduce_scatter = dist.reduce_scatter_single
+        self.host_timed = False
 
     def __getattr__(self, name: str):
-        return getattr(dist, name)
+        real = getattr(dist, name)
+        kind = FSDP_COLLECTIVES.get(name)
+        if kind is None:
+            return real
+        call = breakdown.host_timed(kind, real) if self.host_timed else real
 
-    def all_gather_single(self, output, input, *args, **kwargs):
-        if self.traffic is not None:
-            self.traffic.sent(output, "all_gather")
-        return self.all_gather(output, input, *args, **kwargs)
-
-    def reduce_scatter_single(self, output, input, *args, **kwargs):
-        if self.traffic is not None:
-            self.traffic.sent(input, "reduce_scatter")
-        return self.reduce_scatter(output, input, *args, **kwargs)
+        def counted(output, input, *args, **kwargs):
+            if self.traffic is not None:
+                self.traffic.sent(output if kind == "all_gather" else input, kind)
+            return call(output, input, *args, **kwargs)
+        return counted
 
 
 _FSDP_COUNTER = _CountingFSDPCollectives()
@@ -283,10 +291,8 @@ def shard_model(model: nn.Module, traffic: GradientTraffic,
 
     _FSDP_COUNTER.traffic = traffic
     _fully_shard._fsdp_collectives.dist = _FSDP_COUNTER
+    _FSDP_COUNTER.host_timed = host_timed
     if host_timed:
-        _FSDP_COUNTER.all_gather = breakdown.host_timed("all_gather", dist.all_gather_single)
-        _FSDP_COUNTER.reduce_scatter = breakdown.host_timed("reduce_scatter",
-                                                            dist.reduce_scatter_single)
         copy_out = _fsdp_param_group.foreach_all_gather_copy_out
         if not getattr(copy_out, "host_timed", False):
             _fsdp_param_group.foreach_all_gather_copy_out = breakdown.host_timed(
