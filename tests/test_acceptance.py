@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import record
+from bench.analysis import acceptance
 from bench.analysis import acceptance as acc
 from bench.analysis.acceptance import FAIL, PASS, WARN, DataFigure, Figure, PairFigure
 
@@ -328,3 +333,51 @@ def test_any_accepted_accept_record_is_judged_without_failing(rec, nominal):
     rows = acc.judge_record(rec, {"x": {"matmul fp32": 1.0}}, nominal)
     assert all(row.status in acc.SEVERITY for row in rows)
     assert all(acc.finite_row(json.loads(json.dumps(row.as_dict()))) for row in rows)
+
+
+# --- the reference table built from the reference records --------------------------------
+
+REFERENCE_TABLE = Path(__file__).resolve().parents[1] / "results" / "reference" / "devices.json"
+
+
+def test_the_committed_reference_table_is_what_its_records_give():
+    """One source of truth: devices.json is rebuilt from the records it names (by
+    scripts/device_reference.py), figure for figure."""
+    table = json.loads(REFERENCE_TABLE.read_text())
+    root = REFERENCE_TABLE.parents[2]
+    files = sorted({s["file"] for s in table["sources"]})
+    records, sources = [], []
+    for name in files:
+        for rec in record.load(root / name):
+            if rec.get("mode") == "accept" and rec.get("status") == "ok":
+                records.append(rec)
+                sources.append(name)
+    assert acceptance.reference_table(records, sources) == table
+    assert table["models"], "no device model in the reference table"
+
+
+def test_the_script_writes_the_table(tmp_path):
+    table = json.loads(REFERENCE_TABLE.read_text())
+    source = REFERENCE_TABLE.parents[2] / table["sources"][0]["file"]
+    out = subprocess.run([sys.executable, "scripts/device_reference.py", str(source)],
+                         capture_output=True, text=True, cwd=REFERENCE_TABLE.parents[2],
+                         check=True).stdout
+    assert json.loads(out)["models"] == table["models"]
+    bad = subprocess.run([sys.executable, "scripts/device_reference.py", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REFERENCE_TABLE.parents[2])
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("share, status", [(1.02, PASS), (0.9, PASS), (0.7, WARN),
+                                           (0.45, FAIL)])
+def test_a_lone_device_is_judged_against_its_models_reference(share, status):
+    """A device with no peer of its model (one GPU, or the only H200 of the cluster) is
+    judged against the committed reference figure: 25% short warns, 50% fails."""
+    table = json.loads(REFERENCE_TABLE.read_text())["models"]
+    model, checks = next(iter(table.items()))
+    check, figure = next(iter(checks.items()))
+    lone = Figure("node 0 a rank 0", 0, model, check, "GB/s", (figure * share,) * 3)
+    [row] = acceptance.judge_figures([lone], "device", table)
+    assert row.status == status
+    assert row.expected == figure
+    assert f"the reference {figure:.4g}" in row.reason and model in row.reason

@@ -505,3 +505,32 @@ def job_row(sweeps: list[dict], records: list[dict], nodes: int) -> Row:
     words = "; ".join(filter(None, (breakdown.console_words(r) for r in many)))
     return judge_job([r["samples_per_s"] for r in many], band.point, (band.low, band.high),
                      "samples/s", straggler=words)
+
+
+# --- the reference table: per device model, what this project measured on it -------------
+
+def reference_table(records: Sequence[Mapping], sources: Sequence[str]) -> dict:
+    """``results/reference/devices.json`` from accept records (mode accept, status ok): for
+    each device model and check, the median over its devices of their mean figure. The
+    table names the records it came from, with their commit, driver and software, so a
+    figure can be traced to its run."""
+    by_check: dict[str, dict[str, list[float]]] = {}
+    for rec in records:
+        for figure in device_figures(rec):
+            if figure.model:
+                by_check.setdefault(figure.model, {}).setdefault(figure.check, []).append(
+                    figure.mean)
+    env = [rec.get("env") or {} for rec in records]
+    return {
+        "about": "Device figures this project measured with `bench accept --stages device`; "
+                 "bench accept judges a device of the same model against them (25% short "
+                 "warns, 50% fails: another machine, driver and cooling). Rebuild with "
+                 "scripts/device_reference.py.",
+        "models": {model: {check: round(statistics.median(values), 4)
+                           for check, values in sorted(checks.items())}
+                   for model, checks in sorted(by_check.items())},
+        "sources": [{"file": source, "utc_time": rec.get("utc_time"),
+                     "git_commit": e.get("git_commit"), "driver": e.get("driver"),
+                     "torch": e.get("torch"), "cuda": e.get("cuda")}
+                    for source, rec, e in zip(sources, records, env, strict=True)],
+    }
