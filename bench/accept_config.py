@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+import shutil
 from pathlib import Path
 
 from bench import record
@@ -36,6 +38,23 @@ STAGES = ("device", "link", "data")
 MAX_LINK_BYTES = 1 << 30
 MAX_MEMORY_BYTES = 16 << 30
 MAX_DATA_BYTES = 64 << 30
+
+
+# nfs://HOST[:PORT]/PATH[?version=3|4]: a host name or IPv4 address (not starting with "-"),
+# a path of plain names (they travel in argv, and in URLs nfs-ls and nfs-cat parse).
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}" \
+    r"[A-Za-z0-9])?)*)"
+NFS_URL = re.compile(rf"^nfs://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.+=,@-]+)+/?"
+                     r"(?:\?version=[34])?$")
+
+
+def check_nfs_url(url: str) -> None:
+    """ConfigError unless ``url`` is a plain nfs:// URL (see NFS_URL)."""
+    parts = url.split("?")[0].split("/")[3:]
+    if len(url) > 1024 or not NFS_URL.match(url) or any(p in (".", "..") for p in parts):
+        raise ConfigError("--data-url", url, "must be nfs://HOST/PATH with an optional "
+                          "?version=3 or 4, the path plain names (letters, digits, "
+                          "'_.+=,@-'), e.g. nfs://10.0.0.1/datasets/fashion-mnist?version=4")
 
 
 def parse_stages(text: str, setting: str = "--stages") -> tuple[str, ...]:
@@ -66,6 +85,9 @@ class AcceptConfig:
     train_steps: int = option(10, "its timed steps per repeat")
     data_dir: Path | None = option(None, "the dataset directory as this node mounts it "
                                    "(the data stage reads every file under it)")
+    data_url: str | None = option(None, "instead of --data-dir: the dataset's nfs:// URL, "
+                                  "read with libnfs's user-space client (nfs-ls, nfs-cat), "
+                                  "e.g. nfs://10.0.0.1/datasets/fashion-mnist?version=4")
     data_max_size: str = option("512MiB", "bytes the data stage reads at most per repeat")
     data_samples: int = option(0, "samples the dataset directory holds (0: unknown): "
                                "turns training's samples/s into the bytes it reads")
@@ -96,14 +118,25 @@ class AcceptConfig:
         self.data_max_bytes = parse_size(self.data_max_size, "--data-max-size")
         require(1 <= self.data_max_bytes <= MAX_DATA_BYTES, "data_max_size",
                 self.data_max_size, "must be from 1 byte to 64GiB")
-        if "data" in self.stage_list and self.data_dir is None:
+        if self.data_url is not None:
+            check_nfs_url(self.data_url)
+            if self.data_dir is not None:
+                raise ConfigError("--data-url", self.data_url, "give --data-dir or "
+                                  "--data-url, not both")
+        if "data" in self.stage_list and self.data_dir is None and self.data_url is None:
             raise ConfigError("--data-dir", None, "the data stage needs the dataset "
-                              "directory, e.g. --data-dir /data/fashion-mnist")
+                              "directory, e.g. --data-dir /data/fashion-mnist (or its "
+                              "nfs:// URL, --data-url)")
         if not checks_environment():
             if self.memory_size != "auto":
                 parse_size(self.memory_size, "--memory-size")
             return
         check_writable_file(self.results, "--results")
+        if self.data_url is not None and "data" in self.stage_list \
+                and not shutil.which("nfs-cat"):
+            raise ConfigError("--data-url", self.data_url, "needs nfs-ls and nfs-cat on "
+                              "this node: install libnfs-utils, or mount the dataset and "
+                              "give --data-dir")
         if self.data_dir is not None and "data" in self.stage_list \
                 and not self.data_dir.is_dir():
             raise ConfigError("--data-dir", self.data_dir, "is not a directory on this node: "

@@ -10,6 +10,13 @@ quota and free to run on every CPU), in these conditions, interleaved:
   clean   every host alike                                          x --clean
   cpu     host 2's CPU quota cut to a quarter                       x --faulty
   link    host 2's link shaped to a tenth of the others'            x --faulty
+  data    the NFS server's link shaped to 2 Mbit/s (with --nfs-export)  x --faulty
+
+With ``--nfs-export DIR`` every run also serves DIR from an NFS server on its own emulated
+host and adds the data stage: each node reads it over NFS, against what its device trains.
+The script first writes a sharded dataset there (``shards/``: SHARDS files of SHARD_BYTES
+random bytes, SAMPLES_PER_SHARD samples of 1 KiB each, as a WebDataset or TFRecord shard
+holds them), since the data stage reads whole files over NFS.
 
 Each run is one ``bench accept`` into its own directory (``OUT/<condition>-<n>``); the
 table counts, per condition, the runs that exited 0, their FAIL and WARN rows, and whether
@@ -46,6 +53,7 @@ class Condition:
     name: str
     flags: tuple[str, ...]
     stage: str | None          # where the fault should FAIL; None: nothing should
+    culprit: str = f"node {FAULTY}"  # what every failed row names (subject or reason)
 
 
 def _quotas(faulty: float) -> str:
@@ -58,13 +66,47 @@ CONDITIONS = {
     "link": Condition("link", ("--host-cpu-quota", _quotas(FAIR_QUOTA), "--host-links",
                                ",".join("100mbit" if n == FAULTY else ""
                                         for n in range(HOSTS))), "link"),
+    "data": Condition("data", ("--host-cpu-quota", _quotas(FAIR_QUOTA), "--nfs-link", "2mbit"),
+                      "data", "the data server"),
 }
+# The data stage over NFS: whole shards until 256 KiB per repeat; the dataset's samples,
+# so that training's need is its samples/s times 1 KiB.
+SHARDS, SHARD_BYTES, SAMPLES_PER_SHARD = 32, 128 << 10, 128
+DATA_FLAGS = ["--data-url", "nfs://169.254.100.254/datasets/shards?version=4",
+              "--data-samples", str(SHARDS * SAMPLES_PER_SHARD), "--data-max-size", "256KiB"]
 
 
-def accept_argv(condition: Condition, out: Path, stages: str) -> list[str]:
+def write_shards(export: Path) -> Path:
+    """The sharded dataset the data stage reads (kept if already there)."""
+    folder = export / "shards"
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(SHARDS):
+        shard = folder / f"shard-{index:04d}.bin"
+        if not shard.exists() or shard.stat().st_size != SHARD_BYTES:
+            shard.write_bytes(os.urandom(SHARD_BYTES))
+    return export
+
+
+def names_culprit(condition: Condition, row: dict) -> bool:
+    return condition.culprit in row.get("subject", "") or \
+        condition.culprit in row.get("reason", "")
+
+
+def accept_argv(condition: Condition, out: Path, stages: str,
+                nfs_export: Path | None = None) -> list[str]:
+    """One run's command; with ``nfs_export`` the lab serves it and the data stage reads
+    it (a condition that shapes the server needs it)."""
+    data = nfs_export is not None
+    if condition.name == "data" and not data:
+        raise ConfigError("--nfs-export", None, "the data condition shapes the NFS server's "
+                          "link: give the export it serves")
+    stages = ",".join([*stages.split(","), "data"]) if data and "data" not in stages \
+        else stages
     return [sys.executable, "-m", "bench", "accept", "--out", str(out), "--nodes", str(HOSTS),
             "--stages", stages, "--launcher", "netns", "--link", "1gbit",
-            "--cpus-per-node", str(os.cpu_count() or 1), *condition.flags, "--", *RANK_FLAGS]
+            "--cpus-per-node", str(os.cpu_count() or 1), *condition.flags,
+            *(["--nfs-export", str(nfs_export)] if data else []),
+            "--", *RANK_FLAGS, *(DATA_FLAGS if data else [])]
 
 
 def schedule(counts: dict[str, int]) -> list[tuple[str, int]]:
@@ -85,10 +127,12 @@ def tally(out: Path) -> list[dict]:
             except (OSError, ValueError) as error:
                 print(f"{path}: skipped: {error}", file=sys.stderr)
         named = 0
+        if name == "data" and not verdicts:
+            continue  # not run: no --nfs-export
         for verdict in verdicts:
             failed = [r for r in verdict.get("rows", []) if r.get("status") == "FAIL"]
             if condition.stage and failed and \
-                    all(f"node {FAULTY}" in r.get("subject", "") for r in failed) and \
+                    all(names_culprit(condition, r) for r in failed) and \
                     any(r.get("stage") == condition.stage for r in failed):
                 named += 1
         rows.append({"condition": name, "runs": len(verdicts),
@@ -105,7 +149,7 @@ def markdown(rows: list[dict], stages: str) -> str:
              f"{FAULTY}", "", f"Stages {stages}; every host held to {FAIR_QUOTA:g} CPU unless "
              "cut; 1 Gbit/s links.", "",
              "| condition | runs | exit 0 | runs with a FAIL | FAIL rows | WARN rows | "
-             "fault named (host and stage) |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "fault named (culprit and stage) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         named = "-" if r["fault_named"] is None else str(r["fault_named"])
         lines.append(f"| {r['condition']} | {r['runs']} | {r['exit_0']} | "
@@ -121,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faulty", type=int, default=1, help="runs of each fault (default: 1)")
     p.add_argument("--stages", default="preflight,device,link",
                    help="bench accept's stages (default: preflight,device,link)")
+    p.add_argument("--nfs-export", type=Path, help="serve this staged dataset export from "
+                   "an NFS server host and add the data stage and the data condition")
     p.add_argument("--analyse-only", action="store_true")
     a = p.parse_args(argv)
     try:
@@ -133,13 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not a.analyse_only:
         a.out.mkdir(parents=True, exist_ok=True)
-        counts = {"clean": a.clean, "cpu": a.faulty, "link": a.faulty}
+        if a.nfs_export:
+            write_shards(a.nfs_export)
+        counts = {"clean": a.clean, "cpu": a.faulty, "link": a.faulty,
+                  "data": a.faulty if a.nfs_export else 0}
         plan = schedule(counts)
         for index, (name, number) in enumerate(plan, 1):
             print(f"[accept-faults] run {index}/{len(plan)}: {name} {number}", file=sys.stderr,
                   flush=True)
             run = a.out / f"{name}-{number}"
-            code = subprocess.run(accept_argv(CONDITIONS[name], run, a.stages),
+            code = subprocess.run(accept_argv(CONDITIONS[name], run, a.stages, a.nfs_export),
                                   cwd=REPO).returncode
             if code == 2:
                 return 2

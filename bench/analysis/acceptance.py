@@ -304,7 +304,19 @@ def judge_data(figures: Sequence[DataFigure]) -> list[Row]:
             reason = f"reads {measured / need:.3g}x what training needs ({files:.4g} files/s)"
         rows.append(Row("data", f"node {figure.node}", "dataset read", "MB/s", need,
                         measured, status, reason, figure.mb_per_s))
-    return rows
+    return _blame_server(rows)
+
+
+def _blame_server(rows: list[Row]) -> list[Row]:
+    """Every node reads too slowly: what they share (the server, its disk or its link) is
+    the cause, not each node. One node alone: its mount, NIC or link."""
+    short = [row for row in rows if row.status == FAIL and row.measured is not None]
+    if len(rows) < 2 or len(short) != len(rows):
+        return rows
+    total = sum(row.measured or 0.0 for row in rows)
+    return [dataclasses.replace(row, reason=row.reason + (
+        f"; every node reads too slowly ({total:.4g} MB/s together): the cause is what they "
+        "share, the data server, its disk or its link, not this node")) for row in rows]
 
 
 def judge_job(values: Sequence[float], predicted: float, band: tuple[float, float],

@@ -41,6 +41,8 @@ from bench.units import format_rate, tc_rate
 PREFIX = "benchlab"
 SUBNET = "169.254.100"
 INTERFACE = "eth0"
+# A server joined to the lab (``Lab.attach_server``): past any node's address.
+SERVER_ADDRESS = f"{SUBNET}.254"
 _OWNED = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
 
 
@@ -145,8 +147,8 @@ class Lab:
                  cpu_quotas: Sequence[float | None] = ()):
         """``node_rates``: a rate per node (None: ``rate_bps``); ``cpu_quotas``: a quota
         per node in CPUs (None: none). Empty: every node at ``rate_bps``, no quotas."""
-        if nodes < 1:
-            raise LabError(f"a lab needs at least one node, not {nodes}")
+        if not 1 <= nodes <= 253:  # a /24, with .254 kept for a server
+            raise LabError(f"a lab has 1 to 253 nodes, not {nodes}")
         self.rate_bps = rate_bps
         self.rate = tc_rate(rate_bps)
         tag = f"{PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -162,6 +164,7 @@ class Lab:
                            [(rank * per_node + i) % total for i in range(per_node)],
                            rates[rank] or rate_bps, quotas[rank])
                       for rank in range(nodes)]
+        self.server_rate_bps: int | None = None
         self._created: list[str] = []
         self._cgroups: list[tuple[cgroups.Mount, Path]] = []
 
@@ -174,6 +177,8 @@ class Lab:
                if n.rate_bps != self.rate_bps]
         own += [f"node {n.rank} held to {n.cpu_quota:g} CPU" for n in self.nodes
                 if n.cpu_quota is not None]
+        if self.server_rate_bps:
+            own.append(f"a server at {SERVER_ADDRESS} on {format_rate(self.server_rate_bps)}")
         return (f"{len(self.nodes)} namespace node(s) on a {format_rate(self.rate_bps)} "
                 f"switch (tbf), {len(self.nodes[0].cpus)} CPU(s) each"
                 + (f"; {', '.join(own)}" if own else ""))
@@ -219,6 +224,28 @@ class Lab:
             self._shape(node.namespace, INTERFACE, node.rate_bps)
             self._shape(self.switch, port, node.rate_bps)
         self._build_cgroups()
+
+    def attach_server(self, pid: int, rate_bps: int | None = None) -> str:
+        """Join the network namespace of process ``pid`` (a server's container, started
+        with no network) to the switch as one more host, its link shaped at ``rate_bps``
+        (default: the lab's) on both ends; returns its address (``SERVER_ADDRESS``). The
+        name given to that namespace goes with the lab; the namespace itself with the
+        process."""
+        rate = rate_bps or self.rate_bps
+        name = f"{self.switch[:-len('-sw')]}-srv"
+        _ip("netns", "attach", name, str(pid))
+        self._created.append(name)
+        _ip("-n", name, "link", "set", "lo", "up")
+        _ip("-n", name, "link", "add", INTERFACE, "type", "veth", "peer", "name", "psrv",
+            "netns", self.switch)
+        _ip("-n", name, "addr", "add", f"{SERVER_ADDRESS}/24", "dev", INTERFACE)
+        _ip("-n", name, "link", "set", INTERFACE, "up")
+        _ip("-n", self.switch, "link", "set", "psrv", "master", "br0")
+        _ip("-n", self.switch, "link", "set", "psrv", "up")
+        self._shape(name, INTERFACE, rate)
+        self._shape(self.switch, "psrv", rate)
+        self.server_rate_bps = rate
+        return SERVER_ADDRESS
 
     def _build_cgroups(self) -> None:
         if all(node.cpu_quota is None for node in self.nodes):

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from bench.accept_config import PROG, AcceptConfig, round_robin, skeleton
 from bench.config import DistributedConfig, ModelConfig
-from bench.rank import environment, job
+from bench.rank import dataread, environment, job
 from bench.rank.distributed import DistContext, all_gather_objects
 
 # Each timed repeat runs at least this long (calls are batched): many periods of a CPU
@@ -288,52 +288,24 @@ def _time_pair(cfg: AcceptConfig, ctx: DistContext, group, buffer: torch.Tensor,
 
 # --- the data path ------------------------------------------------------------------------
 
-def files_under(root: Path, limit: int) -> list[tuple[Path, int]]:
-    """Regular files under ``root`` (links not followed), in name order, until ``limit``
-    bytes."""
-    out, total = [], 0
-    for folder, dirs, names in os.walk(root):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(folder) / name
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            if not path.is_symlink() and path.is_file():
-                out.append((path, info.st_size))
-                total += info.st_size
-                if total >= limit:
-                    return out
-    return out
-
-
-def read_once(files: list[tuple[Path, int]]) -> tuple[float, int]:
-    """Seconds to read ``files`` whole, each dropped from the page cache first."""
-    start = time.perf_counter()
-    done = 0
-    for path, _ in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            while chunk := os.read(fd, 1 << 20):
-                done += len(chunk)
-        finally:
-            os.close(fd)
-    return time.perf_counter() - start, done
-
-
 def data_stage(cfg: AcceptConfig, ctx: DistContext) -> list[dict]:
+    """Each node's leader reads the dataset (``bench.rank.dataread``); gathered."""
     mine = []
-    if ctx.local_rank == 0 and cfg.data_dir is not None:
-        files = files_under(cfg.data_dir, cfg.data_max_bytes)
+    if ctx.local_rank == 0 and (cfg.data_dir is not None or cfg.data_url):
+        if cfg.data_url:
+            source, files = cfg.data_url, dataread.nfs_files(cfg.data_url)
+            read = dataread.read_nfs
+        else:
+            source, files = str(cfg.data_dir), dataread.files_under(cfg.data_dir)
+            read = dataread.read_local
         mb, per_s = [], []
         for _ in range(cfg.repeats if files else 0):
-            seconds, done = read_once(files)
+            seconds, done, begun = read(files, cfg.data_max_bytes)
             mb.append(done / seconds / 1e6)
-            per_s.append(len(files) / seconds)
+            per_s.append(begun / seconds)
+        # The whole dataset's bytes: what one sample costs to read, however little was.
         total = sum(size for _, size in files)
-        mine.append({"node": ctx.node_rank, "path": str(cfg.data_dir), "files": len(files),
+        mine.append({"node": ctx.node_rank, "path": source, "files": len(files),
                      "bytes": total, "samples": cfg.data_samples or None,
                      "MBps": mb, "files_per_s": per_s})
     return [row for rows in all_gather_objects(ctx, mine) for row in rows]

@@ -20,13 +20,14 @@ host's CPU time (a cgroup per host), ``--host-links`` gives hosts their own link
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import sys
 from pathlib import Path
 
-from bench.host import cgroups, contract, gpus, netlab
+from bench.host import cgroups, contract, gpus, lab_nfs, netlab
 from bench.host.checks import preflight
 from bench.host.contract import NodeSpec
 from bench.host.launchers import native
@@ -132,6 +133,15 @@ class NetnsOptions:
         (), "a link rate per emulated host, both ends of its link shaped at it "
         "(1gbit,1gbit,1gbit,100mbit; an empty entry keeps --link); default: --link for all",
         parse=parse_host_links)
+    # A directory served to the hosts by an NFS server on its own emulated host.
+    nfs_export: Path | None = launcher_flag(
+        None, "serve this directory read-only to the emulated hosts from an NFS server "
+        "(NFS_IMAGE) on its own host of the lab, at nfs://169.254.100.254/datasets "
+        "(bench accept reads it with -- --data-url); default: no server",
+        parse=lambda text, flag: lab_nfs.check_export(text, flag))
+    nfs_link_bps: int = launcher_flag(0, "the NFS server host's link rate, e.g. 100mbit "
+                                      "(default: --link)", flag="--nfs-link",
+                                      parse=parse_rate)
     lab_nodes: int = derived("most_nodes", 1)   # emulated hosts per job: the most of any cell
     visible_gpus: tuple[str, ...] = derived("visible_gpus", ())
 
@@ -156,6 +166,9 @@ class NetnsOptions:
                 raise ConfigError("--host-cpu-quota", shown, f"each quota must be in "
                                   f"{cgroups.MIN_QUOTA:g}-{pinned} CPUs (the CPUs pinned "
                                   "to each host; --cpus-per-node sets them)")
+        if self.nfs_link_bps and self.nfs_export is None:
+            raise ConfigError("--nfs-link", format_rate(self.nfs_link_bps), "shapes the lab's "
+                              "NFS server: give the directory it serves, --nfs-export DIR")
         if self.host_links and len(self.host_links) != hosts:
             raise ConfigError("--host-links", ",".join(
                 format_rate(r) if r else "" for r in self.host_links),
@@ -170,6 +183,14 @@ def _own_settings(options: NetnsOptions) -> str:
     parts += [f"host {rank} held to {quota:g} CPU"
               for rank, quota in enumerate(quotas_per_host(options))]
     return f";\n# {', '.join(parts)}" if parts else ""
+
+
+def _server(options: NetnsOptions) -> str:
+    if options.nfs_export is None:
+        return ""
+    rate = format_rate(options.nfs_link_bps or options.link_bps)
+    return (f";\n# an NFS server host serves {options.nfs_export} at {lab_nfs.url()} on a "
+            f"{rate} link")
 
 
 def quotas_per_host(options: NetnsOptions) -> tuple[float, ...]:
@@ -195,13 +216,20 @@ class NetnsLauncher:
                           cpus_per_node=options.cpus_per_node,
                           node_rates=options.host_links, cpu_quotas=quotas_per_host(options))
 
+    def data_server(self, lab: netlab.Lab):
+        """The lab's NFS server, where --nfs-export gives it a directory."""
+        if self.options.nfs_export is None:
+            return contextlib.nullcontext()
+        return lab_nfs.served(lab, self.options.nfs_export, self.options.nfs_link_bps or None)
+
     def render(self, job: JobSpec) -> str:
         """The lab, then the line of every host in it (its namespace's name is the lab's
         own, new for each job)."""
         options = self.options
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
                 f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
-                "links (tc tbf)" + _own_settings(options) + ";\n# nodes beyond the job's "
+                "links (tc tbf)" + _own_settings(options) + _server(options)
+                + ";\n# nodes beyond the job's "
                 "run an independent copy as neighbours, started again each time it ends "
                 "(see bench/netlab.py)\n"
                 + render_commands(commands(self.lab(job), job, neighbours_results(job))))
@@ -214,7 +242,7 @@ class NetnsLauncher:
                 raise netlab.LabError("the netns launcher emulates CPU hosts: pass "
                                       "--device cpu after --")
             with netlab.terminate_raises(), native.job_temp_dir() as temp_dir, \
-                    self.lab(job) as lab:
+                    self.lab(job) as lab, self.data_server(lab):
                 print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
                 nodes = commands(lab, job, neighbours_results(job))
                 outcome = run_nodes(native.in_temp_dir(nodes, temp_dir),
