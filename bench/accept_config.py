@@ -51,7 +51,7 @@ NFS_URL = re.compile(rf"^nfs://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.+=,@-]+)
 def check_nfs_url(url: str) -> None:
     """ConfigError unless ``url`` is a plain nfs:// URL (see NFS_URL)."""
     parts = url.split("?")[0].split("/")[3:]
-    if len(url) > 1024 or not NFS_URL.match(url) or any(p in (".", "..") for p in parts):
+    if len(url) > 1024 or not NFS_URL.fullmatch(url) or any(p in (".", "..") for p in parts):
         raise ConfigError("--data-url", url, "must be nfs://HOST/PATH with an optional "
                           "?version=3 or 4, the path plain names (letters, digits, "
                           "'_.+=,@-'), e.g. nfs://10.0.0.1/datasets/fashion-mnist?version=4")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.host import netlab
-from bench.options import ConfigError
+from bench.options import ConfigError, check_image
 
 REPO = Path(__file__).resolve().parents[2]
 SECCOMP_PROFILE = REPO / "nfs" / "seccomp.json"
@@ -44,7 +44,7 @@ def url(path: str = "") -> str:
 def check_export(text: str, setting: str = "--nfs-export") -> Path:
     """The export directory: an existing directory, by a plain absolute path."""
     path = Path(text).resolve()
-    if not _PLAIN_PATH.match(str(path)) or len(str(path)) > 1024:
+    if not _PLAIN_PATH.fullmatch(str(path)) or len(str(path)) > 1024:
         raise ConfigError(setting, text, "must be a directory whose path is letters, digits "
                           "and '_.+@=/-' only (it is passed to docker --mount)")
     if not path.is_dir():
@@ -55,11 +55,7 @@ def check_export(text: str, setting: str = "--nfs-export") -> Path:
 
 def image() -> str:
     """NFS_IMAGE (as Compose's nfs service), or the image `make build-nfs` tags."""
-    name = os.environ.get("NFS_IMAGE") or DEFAULT_IMAGE
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", name):
-        raise ConfigError("NFS_IMAGE", name, "must be an image name such as "
-                          "bench-nfs:latest")
-    return name
+    return check_image(os.environ.get("NFS_IMAGE") or DEFAULT_IMAGE, "NFS_IMAGE")
 
 
 def remove_stale() -> list[str]:

@@ -99,7 +99,7 @@ def nfs_files(url: str) -> list[tuple[str, int]]:
         if not match or match["mode"][0] != "-":
             continue
         name = match["name"].strip()
-        if not _SAFE_NAME.match(name) or ".." in name.split("/"):
+        if not _SAFE_NAME.fullmatch(name) or ".." in name.split("/"):
             continue  # a name that cannot travel in a URL is not read
         out.append((f"{base}/{name}{query}", int(match["size"])))
     return sorted(out)
