@@ -156,7 +156,8 @@ def fix_for(expected: str, setting: str = EXPECT_SETTING) -> str:
                 "(make build) and that NCCL_IB_HCA names a device it lists; or use "
                 "PROFILE=gpu for TCP sockets")
     if expected == "Socket":
-        return (f"set NCCL_IB_DISABLE=1 to keep NCCL off InfiniBand, or unset {setting}")
+        return (f"keep NCCL off InfiniBand with NCCL_IB_DISABLE (1 forces TCP sockets), or "
+                f"unset {setting}")
     return (f"NCCL did not load the {expected} plugin: check NCCL_NET_PLUGIN and that the "
             f"plugin is on the image's library path, or unset {setting}")
 
