@@ -130,7 +130,11 @@ _NET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
 def expected_net(environ: Mapping[str, str], setting: str = EXPECT_SETTING) -> str | None:
     """The network a job expects NCCL to choose (``BENCH_EXPECT_NET``), or None; a value no
     NCCL network could have is a ConfigError naming the setting."""
-    value = environ.get(setting, "")
+    return net_name(environ.get(setting, ""), setting)
+
+
+def net_name(value: str | None, setting: str) -> str | None:
+    """``value`` as an expected network's name (None where empty); else a ConfigError."""
     if not value:
         return None
     if not _NET_NAME.fullmatch(value):
