@@ -406,12 +406,12 @@ bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2
 	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
 	echo "results: $$MK_RESULTS"
 
-doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, GPUS_PER_NODE, default 1), interface, ports, shm, data, clocks
+doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, GPUS_PER_NODE, default 1), HCAs (PROFILE=gpu-ib), interface, ports, shm, data, clocks
 	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
 	@$(pick_image); per_node=$${MK_GPUS_PER_NODE:-1}; [ "$$MK_PROFILE" != cpu ] || per_node=0; \
 	$(PY) -m bench doctor --hosts "$$MK_HOSTS" --image "$$image" --env-file "$$MK_NODE_ENV" \
-	  --torch-flavour "$$MK_TORCH_FLAVOUR" --gpus-per-node "$$per_node"
+	  --torch-flavour "$$MK_TORCH_FLAVOUR" --gpus-per-node "$$per_node" --profile "$$MK_PROFILE"
 
 # RESULTS, else the newest results file under results/ (without those whose names match
 # the grep pattern $(1)), in the shell variable `results`; none: one line, exit 2.

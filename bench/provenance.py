@@ -64,6 +64,9 @@ COMM_SETTINGS = frozenset("""
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+=]{24,}")
 _URL_USER = re.compile(r"://[^/@\s]*@")
 REDACTED = "<redacted>"
+# The NCCL_DEBUG* names the trainer set itself to capture NCCL's transport
+# (bench.rank.nccl_capture), comma separated: not the user's settings, so not comm_env's.
+CAPTURE_SET = "BENCH_NCCL_DEBUG_SET"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -172,9 +175,12 @@ def environment(ranks: list[dict], versions: dict, nproc_per_node: int | None,
 
 def comm_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The communication settings of ``environ`` a record may name: known ones only
-    (``COMM_SETTINGS``), a value that looks like a secret redacted."""
+    (``COMM_SETTINGS``), not those the trainer set itself (``CAPTURE_SET``), a value that
+    looks like a secret redacted."""
+    own = set(environ.get(CAPTURE_SET, "").split(","))
     return {name: REDACTED if looks_secret(value) else value
-            for name, value in sorted(environ.items()) if name in COMM_SETTINGS}
+            for name, value in sorted(environ.items())
+            if name in COMM_SETTINGS and name not in own}
 
 
 def looks_secret(value: str) -> bool:

@@ -305,11 +305,26 @@ def _accept_records(draw) -> dict:
         "bytes": st.integers(0, 10**12), "samples": st.none() | st.integers(1, 10**9),
         "MBps": st.lists(_figure_value, max_size=4),
         "files_per_s": st.lists(_figure_value, max_size=4)}), max_size=4))
+    short = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Cf")),
+                    min_size=1, max_size=64)
+    transport = draw(st.none() | st.lists(st.fixed_dictionaries({
+        "rank": st.none() | st.integers(0, 7), "node_rank": st.none() | _node,
+        "hostname": st.none() | _name, "captured": st.booleans(),
+        "network": st.none() | st.sampled_from(["IB", "Socket", "IBext"]) | short,
+        "gdr": st.none() | st.booleans(),
+        "transports": st.lists(st.sampled_from(["P2P", "SHM", "NET", "COLLNET", "NVLS"]),
+                               max_size=5)},
+        optional={"expected_net": st.none() | st.sampled_from(["IB", "Socket", "x.y-1"]),
+                  "reason": st.none() | st.text(st.characters(blacklist_categories=(
+                      "Cc", "Cs", "Zl", "Zp", "Cf")), max_size=1024),
+                  "p2p": st.lists(short, max_size=3), "nvls": st.none() | st.booleans(),
+                  "version": st.none() | short, "devices": st.lists(short, max_size=3)}),
+        max_size=6))
     rec = {"schema_version": 1, "run_id": "r", "utc_time": "2026-11-25T00:00:00+00:00",
            "mode": "accept", "status": "ok", "error": None, "config": {}, "config_hash": "h",
-           "world_size": 1, "nnodes": 1, "nproc_per_node": 1,
+           "world_size": 1, "nnodes": draw(st.none() | st.integers(1, 4)), "nproc_per_node": 1,
            "backend": draw(st.sampled_from(["gloo", "nccl"])), "devices": devices,
-           "links": links, "data": data, "env": _ENV}
+           "links": links, "data": data, "env": _ENV, "nccl_transport": transport}
     problem = record.problem_of(rec)
     assert problem is None, problem
     return rec
@@ -326,11 +341,14 @@ def _env() -> dict:
 _ENV = _env()
 
 
-@given(_accept_records(), st.none() | st.floats(min_value=1e-6, max_value=1e3))
-def test_any_accepted_accept_record_is_judged_without_failing(rec, nominal):
+@given(_accept_records(), st.none() | st.floats(min_value=1e-6, max_value=1e3),
+       st.sampled_from([None, "IB", "Socket"]))
+def test_any_accepted_accept_record_is_judged_without_failing(rec, nominal, expect):
     """Whatever the schema lets through (a pair of one node with itself, a data path with
-    no reads, a device without figures), the verdict is rows, each with a known status."""
-    rows = acc.judge_record(rec, {"x": {"matmul fp32": 1.0}}, nominal)
+    no reads, a device without figures, NCCL views without a node or a network), the
+    verdict is rows, each with a known status."""
+    rows = acc.judge_record(rec, {"x": {"matmul fp32": 1.0}}, nominal, expect,
+                            f"--expect-net {expect}")
     assert all(row.status in acc.SEVERITY for row in rows)
     assert all(acc.finite_row(json.loads(json.dumps(row.as_dict()))) for row in rows)
 

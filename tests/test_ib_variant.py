@@ -37,12 +37,14 @@ def test_the_ib_variant_adds_the_hcas_and_memory_locking(compose_variant):
     assert ib["network_mode"] == "host"
     assert ib["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert ib["environment"]["BENCH_MODULE"] == "bench.rank.train"
+    # A fall-back to sockets fails the job (bench.rank.job); only this trainer expects IB.
+    assert ib["environment"]["BENCH_EXPECT_NET"] == "IB"
 
 
 @pytest.mark.parametrize("profile, service", [("gpu", "trainer"), ("cpu", "trainer-cpu")])
 def test_other_trainers_get_no_rdma_rights(compose_variant, profile, service):
     rendered = _rendered(compose_variant, profile)[service]
-    assert "devices" not in rendered
+    assert "devices" not in rendered and "BENCH_EXPECT_NET" not in rendered["environment"]
     assert "IPC_LOCK" not in [cap.removeprefix("CAP_") for cap in rendered["cap_add"]]
 
 

@@ -195,7 +195,7 @@ def test_the_cpu_profile_asks_for_cores_and_no_gpu(tmp_path):
 
 def test_communication_settings_reach_every_pod_and_nothing_else(tmp_path):
     env_file = settings(tmp_path, "NCCL_IB_HCA=mlx5_0:1\nTORCH_NCCL_BLOCKING_WAIT=1\n"
-                        "OTHER_SETTING=x\n")
+                        "NCCL_DEBUG=WARN\nOTHER_SETTING=x\n")
     _, batch = k8s.indexed_job(options(tmp_path, env_file=env_file), job(tmp_path))
     env = env_of(batch["spec"]["template"]["spec"]["containers"][0])
     assert env["NCCL_IB_HCA"] == "mlx5_0:1" and env["GLOO_SOCKET_IFNAME"] == "eth0"

@@ -146,6 +146,34 @@ def test_the_ib_profile_refuses_disabled_infiniband():
     settings("nfs", NCCL_IB_DISABLE="yes")  # the NFS server runs no NCCL: not its business
 
 
+def test_the_expected_network_is_a_networks_name():
+    settings("gpu", BENCH_EXPECT_NET="Socket")
+    with pytest.raises(ConfigError, match="BENCH_EXPECT_NET=IB;id: the network NCCL must"):
+        settings("gpu", BENCH_EXPECT_NET="IB;id")
+
+
+@pytest.mark.parametrize("profile, values", [
+    ("gpu-ib", {"NCCL_DEBUG": "WARN"}),
+    ("gpu-ib", {"NCCL_DEBUG": "INFO"}),
+    ("gpu", {"BENCH_EXPECT_NET": "IB", "NCCL_DEBUG": "VERSION"}),
+])
+def test_an_expected_network_needs_nccls_info_lines(profile, values):
+    """The trainer can check NCCL's choice only where it sees NCCL's INFO lines."""
+    with pytest.raises(ConfigError) as error:
+        settings(profile, **values)
+    assert error.value.flag == "NCCL_DEBUG" and "unset NCCL_DEBUG" in str(error.value)
+    assert ("PROFILE=gpu-ib expects IB" if profile == "gpu-ib" else
+            "BENCH_EXPECT_NET=IB is set") in str(error.value)
+
+
+@pytest.mark.parametrize("profile, values", [
+    ("gpu-ib", {}), ("gpu-ib", {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/tmp/n.%h.%p"}),
+    ("gpu", {"NCCL_DEBUG": "WARN"}), ("cpu", {"BENCH_EXPECT_NET": "IB", "NCCL_DEBUG": "WARN"}),
+])
+def test_nccl_debug_is_free_where_nothing_is_checked_or_the_lines_are_read(profile, values):
+    settings(profile, **values)
+
+
 def test_the_ib_profile_needs_the_hosts_rdma_devices(tmp_path):
     settings_module.check_rdma_devices("gpu", tmp_path / "missing")  # only gpu-ib needs them
     settings_module.check_rdma_devices("gpu-ib", tmp_path)

@@ -19,9 +19,11 @@ What a figure is expected to be, in order of trust:
 
 Links are judged against their nominal rate and against the other pairs; a node whose
 every pair is slow while other pairs are not is named (its NIC, cable or port), a single
-slow pair is named as that pair. The data path is judged against what training needs: the
-samples per second the node's ranks trained at, with headroom. The job is judged against
-the prediction from the device and link stages: inside its band, or why not.
+slow pair is named as that pair. On GPUs each node's ``transport`` row holds the network
+NCCL chose against the one expected (``bench.analysis.transport``). The data path is judged
+against what training needs: the samples per second the node's ranks trained at, with
+headroom. The job is judged against the prediction from the device and link stages: inside
+its band, or why not.
 """
 from __future__ import annotations
 
@@ -31,17 +33,16 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.analysis import breakdown, predict
+from bench.analysis import breakdown, predict, transport
 from bench.analysis.compare import difference_interval
 from bench.analysis.predict import LinkRange
+from bench.analysis.verdict import FAIL, PASS, SEVERITY, WARN, Row, worst
 from bench.options import ConfigError
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
-SEVERITY = {PASS: 0, WARN: 1, FAIL: 2}
 STAGES = ("preflight", "device", "link", "data", "job")
 
 # Against peers of the same model, beyond noise: 10% short is a warning, 20% a failure. A
@@ -61,24 +62,6 @@ DATA_HEADROOM = 1.5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Row:
-    """One verdict: a stage's check of one subject (a device, a link, a node's mount)."""
-
-    stage: str
-    subject: str           # "node 2 cpu", "node 0 cuda:1", "node 0 - node 2", "job"
-    check: str             # "matmul bf16", "memory bandwidth", "all-reduce 25 MiB", ...
-    unit: str
-    expected: float | None
-    measured: float | None
-    status: str
-    reason: str
-    values: tuple[float, ...] = ()   # the repeats behind ``measured`` (for --baseline)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self) | {"values": list(self.values)}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Figure:
     """One subject's repeated measurement of one check (higher is better)."""
 
@@ -93,10 +76,6 @@ class Figure:
     @property
     def mean(self) -> float:
         return statistics.fmean(self.values)
-
-
-def worst(statuses: Iterable[str]) -> str:
-    return max(statuses, key=SEVERITY.__getitem__, default=PASS)
 
 
 def exit_code(rows: Sequence[Row]) -> int:
@@ -447,8 +426,11 @@ def _or_its_cpu(row: Row, failed_nodes: set[int]) -> Row:
 
 
 def judge_record(rec: Mapping, reference: Mapping[str, Mapping[str, float]],
-                 nominal_GBps: float | None) -> list[Row]:
-    """The device, link and data rows of one accept record."""
+                 nominal_GBps: float | None, expect_net: str | None = None,
+                 expect_source: str | None = None) -> list[Row]:
+    """The device, link and data rows of one accept record. On GPUs (an nccl job) the link
+    stage has a ``transport`` row per node: the network NCCL chose against ``expect_net``
+    (named as ``expect_source`` in its reasons; without it, what the nodes were told)."""
     figures = device_figures(rec)
     rows = judge_figures(figures, "device", reference)
     pairs = pair_figures(rec)
@@ -459,6 +441,8 @@ def judge_record(rec: Mapping, reference: Mapping[str, Mapping[str, float]],
             failed = {f.node for f, row in zip(figures, rows, strict=True) if row.status == FAIL}
             links = [_or_its_cpu(row, failed) for row in links]
         rows += links
+    rows += transport.judge(rec.get("nccl_transport"), rec.get("nnodes"), expect_net,
+                            expect_source)
     reads = data_figures(rec)
     rows += [row for row in judge_data(reads) if reads]
     return rows

@@ -12,7 +12,11 @@ the reason (``bench.analysis.acceptance`` judges them):
              host-to-device copies (GPUs), a reference workload's training throughput; each
              against the same model on the other nodes and the reference table
   link       each pair of nodes all-reduces at the bucket size, pairs in rounds; against
-             the nominal rate and the other pairs; a node whose every pair is slow is named
+             the nominal rate and the other pairs; a node whose every pair is slow is named.
+             On GPUs, a transport row per node: the network NCCL chose (its own INFO
+             lines) against --expect-net (or BENCH_EXPECT_NET): a fall-back to sockets
+             where InfiniBand is expected fails, naming the node; with nothing expected,
+             sockets between nodes warn
   data       each node reads the dataset through its mount, against what its devices train
   job        an all-reduce sweep over the nodes, then training on 1 node and on N nodes,
              interleaved, repeated: the N-node throughput against the prediction from the
@@ -30,13 +34,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from tabulate import tabulate
 
-from bench import record
+from bench import nccl_log, record
 from bench.accept_config import STAGES, parse_stages
 from bench.analysis import acceptance, report
 from bench.analysis.acceptance import FAIL, PASS, Row
@@ -76,6 +82,10 @@ def parser(prog: str) -> OneLineErrorParser:
     p.add_argument("--nominal-link", help="each node's link rate, e.g. 10gbit (default: "
                    "--link for the netns launcher; else links are judged against each "
                    "other only)")
+    p.add_argument("--expect-net", help="the network NCCL must choose between nodes: IB "
+                   "(InfiniBand or RoCE) or Socket (default: BENCH_EXPECT_NET here, else what "
+                   "the nodes were told, as the gpu-ib profile tells them IB; with none, "
+                   "sockets between nodes only warn)")
     p.add_argument("--reference", type=Path, default=REFERENCE,
                    help="the device reference table (JSON: model -> check -> figure)")
     p.add_argument("--baseline", type=Path,
@@ -214,6 +224,7 @@ def main(argv: list[str] | None = None, prog: str = "bench accept") -> int:
             a.pushgateway = accept_export.check_gateway(a.pushgateway)
         if a.prometheus_textfile:
             accept_export.check_textfile(a.prometheus_textfile)
+        expect = expected_net(a.expect_net, os.environ)
         reference = load_reference(a.reference)
         baseline = acceptance.read_verdict(a.baseline) if a.baseline else None
         verdict_path = a.out / "accept.json"
@@ -249,7 +260,7 @@ def main(argv: list[str] | None = None, prog: str = "bench accept") -> int:
         try:
             if jobs.measure:
                 matrix.run(jobs.measure, launcher)
-                measured = measured_rows(a.out / FIGURES, reference, nominal_bps)
+                measured = measured_rows(a.out / FIGURES, reference, nominal_bps, expect)
                 rows += measured
                 if baseline:
                     rows += acceptance.against_baseline(measured, *baseline)
@@ -267,7 +278,19 @@ def main(argv: list[str] | None = None, prog: str = "bench accept") -> int:
     return finish(prog, rows, verdict_path, a)
 
 
-def measured_rows(figures: Path, reference: dict, nominal_bps: int | None) -> list[Row]:
+def expected_net(flag: str | None,
+                 environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(the network NCCL must choose, how the verdict names where that came from):
+    --expect-net, else BENCH_EXPECT_NET here; (None, None) leaves it to the nodes'."""
+    if flag is not None:
+        name = nccl_log.net_name(flag, "--expect-net")
+        return name, f"--expect-net {name}" if name else None
+    name = nccl_log.expected_net(environ)
+    return name, f"{nccl_log.EXPECT_SETTING}={name}" if name else None
+
+
+def measured_rows(figures: Path, reference: dict, nominal_bps: int | None,
+                  expect: tuple[str | None, str | None] = (None, None)) -> list[Row]:
     """The job's record judged; a failed job is one FAIL row with its cause."""
     records = [r for r in record.read(figures) if r.get("mode") == "accept"] \
         if figures.exists() else []
@@ -279,7 +302,7 @@ def measured_rows(figures: Path, reference: dict, nominal_bps: int | None) -> li
         return [Row("device", "job", "acceptance measurements", "", None, None, FAIL,
                     f"{rec['status']}: {rec.get('error')}")]
     return acceptance.judge_record(rec, reference,
-                                   nominal_bps / 8 / 1e9 if nominal_bps else None)
+                                   nominal_bps / 8 / 1e9 if nominal_bps else None, *expect)
 
 
 def finish(prog: str, rows: list[Row], verdict_path: Path, a: argparse.Namespace) -> int:

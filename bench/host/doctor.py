@@ -12,6 +12,10 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
              'unsatisfied condition: cuda>=13.0' names the driver floor and the build line
              of a flavour this driver runs, as scripts/check-gpu.sh does. WARN on a host
              without NVIDIA driver; not checked with --gpus-per-node 0 (a CPU job)
+  rdma       --profile gpu-ib: ibv_devinfo inside the image with /dev/infiniband attached,
+             as the gpu-ib trainer runs: the HCAs and their ports' state and link layer,
+             or why NCCL would see none and fall back to TCP sockets (no /dev/infiniband,
+             no verbs in the image, no active port, an NCCL_IB_HCA that names none)
   interface  the interface routing to MASTER_ADDR exists and matches NCCL/GLOO_SOCKET_IFNAME
   rendezvous MASTER_PORT on the first host is reachable from this host
   shm        /dev/shm is at least 1 GiB (the trainer containers share the host's: ipc host)
@@ -54,6 +58,7 @@ from bench.host.checks import (
     data,
     gpu,
     network,
+    rdma,
     slurm,
     ssh,
     table,
@@ -96,6 +101,8 @@ def check_hosts(job: Hosts) -> list[Row]:
             rows.append(gpus)
             if with_gpus:  # the NCCL version only shows with the GPUs attached
                 found = (found[0], with_gpus)
+            if job.profile == "gpu-ib":
+                rows.append(rdma.rdma_row(job, host))
             rows.append(data.dataset_row(job, host))
         images[host] = found
         interfaces, devices = network.interface_rows(job, host)
@@ -117,8 +124,10 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
                         "(controller, partition, nodes, munge, same venv or image) instead")
     parser.add_argument("--k8s", action="store_true", help="check the Kubernetes cluster "
                         "(context, permission, GPUs, results claim, image, NFS) instead")
-    parser.add_argument("--profile", choices=("cpu", "gpu"), default="cpu",
-                        help="--k8s: gpu checks allocatable nvidia.com/gpu (default: cpu)")
+    parser.add_argument("--profile", choices=("cpu", "gpu", "gpu-ib"), default=None,
+                        help="the trainer's profile: gpu-ib also runs ibv_devinfo in the "
+                        "image with the HCAs attached; --k8s: gpu checks allocatable "
+                        "nvidia.com/gpu (default: cpu)")
     parser.add_argument("--k8s-kind", choices=("indexed", "pytorchjob"), default="indexed",
                         help="--k8s: the object the jobs are (default: indexed)")
     parser.add_argument("--namespace", default="default", help="--k8s: the jobs' namespace")
@@ -191,7 +200,7 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
     remote = Remote(functools.partial(ssh_argv, ssh_base(args.ssh_config)), args.timeout)
     job = Hosts(tuple(hosts), remote, image=args.image, settings=settings,
                 dataset=args.dataset, master_port=master_port, flavour=args.torch_flavour,
-                gpus_per_node=args.gpus_per_node)
+                gpus_per_node=args.gpus_per_node, profile=args.profile or "gpu")
     return _report(check_hosts(job), prog)
 
 
@@ -230,7 +239,8 @@ def _k8s_main(args: argparse.Namespace, env_file: Path, prog: str) -> int:
         # Built from the launcher table, as the matrix builds it (doctor's flags only; the
         # environment's launcher settings are the matrix's).
         options = registry.options_from("k8s", {
-            "--image": args.image, "--env-file": env_file, "--profile": args.profile,
+            "--image": args.image, "--env-file": env_file,
+            "--profile": args.profile or "cpu",
             "--k8s-kind": args.k8s_kind, "--namespace": args.namespace,
             "--kube-context": args.kube_context, "--results-claim": args.results_claim,
             "--results-host-path": args.results_host_path}, environ={})

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from bench import nccl_log
 from bench.config import MAX_TIMEOUT_S, OneLineErrorParser
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, finite_float
 
@@ -243,6 +244,7 @@ def check_nccl_transport(values: dict[str, str], profile: str) -> None:
     if values.get("NCCL_IB_GID_INDEX"):
         _int(values, "NCCL_IB_GID_INDEX", 0, 255, allowed="a GID index, 0 to 255 (RoCE v2 "
              "is usually 3; show_gids lists them)")
+    check_expected_net(values, profile)
     threads = sockets = None
     if values.get("NCCL_SOCKET_NTHREADS"):
         threads = _int(values, "NCCL_SOCKET_NTHREADS", 1, MAX_SOCKET_THREADS)
@@ -252,6 +254,30 @@ def check_nccl_transport(values: dict[str, str], profile: str) -> None:
         raise ConfigError("NCCL_NSOCKS_PERTHREAD", sockets, f"NCCL_SOCKET_NTHREADS={threads} "
                           f"x {sockets} sockets is above NCCL's {MAX_SOCKETS}: lower one, e.g. "
                           "4 x 4 for 25-100 GbE")
+
+
+# The network profile gpu-ib expects of NCCL (compose/docker-compose.yml, trainer-ib).
+IB_PROFILE_NET = "IB"
+
+
+def check_expected_net(values: dict[str, str], profile: str) -> None:
+    """BENCH_EXPECT_NET, where set, is a network's name; where a GPU job expects one (the
+    gpu-ib profile expects IB), NCCL's INFO lines must reach the trainer, which checks what
+    NCCL chose against it: NCCL_DEBUG unset (the trainer captures them), or INFO with
+    NCCL_DEBUG_FILE."""
+    expected = nccl_log.expected_net(values) or (IB_PROFILE_NET if profile == "gpu-ib"
+                                                 else None)
+    debug = values.get("NCCL_DEBUG", "")
+    if expected is None or profile == "cpu" or not debug:
+        return
+    if debug.upper() not in ("INFO", "TRACE") or not values.get("NCCL_DEBUG_FILE"):
+        why = "PROFILE=gpu-ib expects IB" if profile == "gpu-ib" and \
+            not values.get(nccl_log.EXPECT_SETTING) else \
+            f"{nccl_log.EXPECT_SETTING}={expected} is set"
+        raise ConfigError("NCCL_DEBUG", shown(debug), f"{why}, and the trainer checks the "
+                          "network NCCL chose from NCCL's INFO lines, which it captures only "
+                          "where NCCL_DEBUG is unset: unset NCCL_DEBUG (or set "
+                          "NCCL_DEBUG=INFO with NCCL_DEBUG_FILE)")
 
 
 def check_rdma_devices(profile: str, devices: Path | None = None) -> None:
@@ -426,7 +452,7 @@ def load(env_file: Path, environ: Mapping[str, str] | None = None) -> dict[str, 
 INTERPOLATED = (
     "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_TIMEOUT",
     "BENCH_JOB_ID", "BENCH_GPUS",
-    "BENCH_MODULE",
+    "BENCH_MODULE", "BENCH_EXPECT_NET",
     "BENCH_ARGS", "RESULTS_NAME", "RESULTS_DIR", "BENCH_IMAGE_ID", "BENCH_IMAGE_DIGEST",
     "BENCH_ENV_FILE", "IMAGE", "CPU_IMAGE", "NFS_IMAGE", "DATA_MOUNT_TYPE",
     "DATA_MOUNT_OPTIONS", "DATA_DEVICE", "NFS_CLIENTS", "NFS_ALLOW_ANY_CLIENT", "NFS_ACCESS",

@@ -16,10 +16,10 @@ from typing import NoReturn
 
 import torch
 
-from bench import record
+from bench import nccl_log, record
 from bench.config import DistributedConfig
 from bench.options import ConfigError
-from bench.rank import distributed, environment, exiting, phases
+from bench.rank import distributed, environment, exiting, nccl_capture, phases
 
 
 class ExpectedFailure(RuntimeError):
@@ -90,18 +90,26 @@ def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callabl
     line and exit 2, before anything runs or is written), then ``run_config(cfg)``."""
     try:
         cfg = parse(argv, prog)
+        nccl_log.expected_net(os.environ)   # a bad BENCH_EXPECT_NET: before anything runs
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     return run_config(cfg)
 
 
+class NetworkMismatch(ExpectedFailure):
+    """NCCL chose another network than BENCH_EXPECT_NET expects (a fall-back to sockets)."""
+
+
 def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measure: Measure,
-        ok_text: Callable[[dict], str]) -> int:
+        ok_text: Callable[[dict], str], *, enforce_net: bool = True) -> int:
     """Join the job, fill ``rec`` by ``measure`` and record it; the exit code (0 ok, 1
     failed; Ctrl-C records and returns 130). ``ok_text``: the headline figure of a good run.
-    A rank's entry point ends its process with ``exit_process``."""
+    ``enforce_net``: a network other than BENCH_EXPECT_NET's fails the job before it
+    measures (the acceptance run records it instead, for its verdict to judge). A rank's
+    entry point ends its process with ``exit_process``."""
     ctx = None
+    nccl_capture.start(dist_cfg.backend)
     try:
         ctx = distributed.init(dist_cfg)
         phases.mark("group_joined")
@@ -110,11 +118,16 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
         rec.update(world_size=ctx.world_size, nnodes=rec["env"]["nnodes"],
                    nproc_per_node=ctx.local_world_size,
                    procs_per_node=procs_per_node(rec["env"]["ranks"]))
+        rec["nccl_transport"] = nccl_capture.gather(ctx)
+        problem = nccl_log.mismatch(rec["nccl_transport"] or []) if enforce_net else None
+        if problem:
+            raise NetworkMismatch(problem)
         measure(ctx, rec)
         phases.mark("measured")
         rec["status"] = "ok"
     except KeyboardInterrupt:
         rec["status"], rec["error"] = "error", "interrupted (Ctrl-C)"
+        nccl_capture.finish()
         _finish(prog, rec, results, ctx, ok_text)
         return 130   # the entry point's exit_process leaves at once, as any failed rank
     except Exception as failure:  # noqa: BLE001 - every failure becomes a record
@@ -123,6 +136,7 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
             rec["env"] = environment.collect(ctx, gather=False)
         if not isinstance(failure, ExpectedFailure):
             traceback.print_exc(file=sys.stderr)
+    nccl_capture.finish()
     return _finish(prog, rec, results, ctx, ok_text)
 
 

@@ -7,6 +7,7 @@ one table both print.
   containers  Docker and Compose, the image here or on a host, the same image everywhere
   flavours    docker/cuda-flavours.tsv: the CUDA lines and their driver floors
   gpu         the driver and torch in the image with the GPUs attached; GPUs per host
+  rdma        ibv_devinfo in the image with the HCAs attached (profile gpu-ib)
   network     the NCCL/gloo interface, public addresses, the rendezvous port
   data        /dev/shm and the dataset volume
   slurm       the Slurm controller, partition, nodes, munge, the same venv or image

@@ -4,7 +4,8 @@
 launcher's (``bench.host.launchers.ssh.ssh_argv`` bound to its options, ``--`` right before
 the host): the caller passes it in, so the checks sit below the launchers that use them.
 ``Hosts`` is the job the host checks judge: the hosts (the first leads), the image, the
-node settings, the dataset, the rendezvous port, the CUDA flavour and GPUs per node.
+node settings, the dataset, the rendezvous port, the CUDA flavour, GPUs per node and the
+trainer's Compose profile.
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class Hosts:
     master_port: int = 29500
     flavour: str = "default"            # a name of docker/cuda-flavours.tsv
     gpus_per_node: int = 1              # 0: a CPU job, the GPUs are not checked
+    profile: str = "gpu"                # gpu-ib: the HCAs are checked too (checks.rdma)
     table: dict[str, Flavour] = dataclasses.field(default_factory=flavours)
 
     @property
