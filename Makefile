@@ -531,8 +531,18 @@ test-deps: ## install the test prerequisites missing on this host (scripts/insta
 	[ -d "$$MK_FASHION_MNIST_DIR" ] || parts+=(dataset); \
 	scripts/install-host.sh "$${parts[@]}"
 
+# Two phases (tests/conftest.py, PHASES): the tests that can share the machine on two
+# pytest-xdist workers, those of one shared resource (an xdist_group) on one worker in turn;
+# then the serial ones (rates, CPU quotas, emulated links), alone. The second runs whatever
+# the first gave, and either failing fails the target. PYTEST_ADDOPTS reaches both; a phase
+# it leaves without a test (exit 5) is no failure unless both are.
 test: test-deps venv lint docker build-cpu build-nfs ## every test: unit and end-to-end (Docker, NFS, torchrun, sshd)
-	BENCH_FASHION_MNIST_DIR="$$MK_FASHION_MNIST_DIR" $(PY) -m pytest
+	export BENCH_FASHION_MNIST_DIR="$$MK_FASHION_MNIST_DIR"; \
+	$(PY) -m pytest --phase parallel -n 2 --dist loadgroup; parallel=$$?; \
+	$(PY) -m pytest --phase serial; serial=$$?; \
+	echo "test: parallel phase exit $$parallel, serial phase exit $$serial"; \
+	if [ $$parallel = 5 ] && [ $$serial = 5 ]; then exit 5; fi; \
+	for rc in $$parallel $$serial; do [ $$rc = 0 ] || [ $$rc = 5 ] || exit $$rc; done
 
 # Only a virtual environment (it has a pyvenv.cfg) is removed as VENV.
 clean: ## remove the venv, build files and caches (results and images are kept)

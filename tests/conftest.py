@@ -29,6 +29,44 @@ settings.load_profile("bench")
 FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
                             "/usr/share/datasets/fashion-mnist"]
 
+# `make test` runs the suite in two phases (pytest-xdist): `--phase parallel -n 2 --dist
+# loadgroup`, every test but the serial ones, on two workers, then `--phase serial`, those
+# alone. Each worker is a pytest session of its own (its own session fixtures: sshd, staged
+# data, a Slurm cluster). What two tests at once would share is held apart by marks:
+# - `serial`: the machine itself. Rates, CPU quotas, emulated links, a deadline with little
+#   room (the netlab straggler and quota tests, bench accept's faults, Slurm's time limit).
+# - `xdist_group("docker")`: the bench-* containers (every `bench_containers() == []`, and
+#   a test that docker-kills a bench-*node1 container), the NFS server's TCP 2049 on the
+#   host's network, and what `make bench-cpu` writes in the checkout (nfs/export, build/).
+# - `xdist_group("netlab")`: the emulated labs (lab_host checks that no lab namespace or
+#   cgroup of anyone's is left; netlab.clean removes those of dead owners).
+# - `xdist_group("slurm")`: test_slurm_e2e's cluster in the fixed /var/lib/bench-slurm
+#   (stopped by whichever worker started it) and the Slurm packages, which the first
+#   cluster start installs (one apt-get at a time).
+# Ports are not marked: matrices lease theirs (bench.host.ports), everything else takes a
+# free one (free_port). A --phase phase selects after -m and -k, so PYTEST_ADDOPTS keeps
+# its meaning.
+PHASES = ("parallel", "serial")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--phase", choices=PHASES, default=None,
+                     help="parallel: every test not marked serial; serial: only those "
+                          "(make test runs both; default: every test)")
+
+
+def pytest_collection_modifyitems(config, items):
+    phase = config.getoption("--phase")
+    if phase is None:
+        return
+    selected, deselected = [], []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (selected if serial == (phase == "serial") else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import REPO
 from tests.test_netlab_e2e import lab_host  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.e2e
+# Alone: each fault is told apart by a rate measured on the emulated hosts
+# (tests/conftest.py, PHASES).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 _spec = importlib.util.spec_from_file_location("accept_faults",
                                                REPO / "scripts" / "accept_faults.py")

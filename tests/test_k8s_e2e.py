@@ -87,6 +87,11 @@ def docker_run(image: str, pod: dict, env: dict[str, str], *, results: Path, dat
     return argv
 
 
+# The pods' containers, named after their pods but not bench-*: bench_containers() is the
+# stack's, whose tests check that none is left while these may run on another worker.
+POD = "pod-{}"
+
+
 def run_pods(commands: list[list[str]], names: list[str], timeout: float = 300) -> list[str]:
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for argv in commands]
@@ -134,7 +139,7 @@ def test_the_indexed_job_pods_make_one_two_node_record(cpu_image, tmp_path, dirs
     pod = batch["spec"]["template"]["spec"]
     env = {v["name"]: v["value"] for v in pod["containers"][0]["env"]}
     assert "NODE_RANK" not in env and env["MASTER_ADDR"] == f"{name}-0.{name}"
-    names = [f"{name}-{index}" for index in range(2)]
+    names = [POD.format(f"{name}-{index}") for index in range(2)]
     # What the Job controller gives each pod: its index.
     commands = [docker_run(cpu_image, pod, {"JOB_COMPLETION_INDEX": str(index)},
                            results=results, data=data, hosts=[env["MASTER_ADDR"]],
@@ -169,7 +174,7 @@ def test_the_pytorchjob_pods_make_one_two_node_record(cpu_image, tmp_path, dirs)
     for replica_type, index in (("master", 0), ("worker", 0)):
         pod = job_obj["spec"]["pytorchReplicaSpecs"][replica_type.capitalize()]["template"]
         env = operator_env(job_obj, replica_type, index)
-        names.append(f"{name}-{replica_type}-{index}")
+        names.append(POD.format(f"{name}-{replica_type}-{index}"))
         commands.append(docker_run(cpu_image, pod["spec"], env, results=results, data=data,
                                    hosts=[env["MASTER_ADDR"]], name=names[-1]))
     outputs = run_pods(commands, names)

@@ -117,6 +117,7 @@ def native_matrix(tmp_path_factory):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("native_matrix")   # one worker, so the matrix runs once
 def test_native_matrix_runs_every_cell_with_table_and_plot(native_matrix):
     results, proc = native_matrix
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -144,6 +145,7 @@ def test_native_matrix_runs_every_cell_with_table_and_plot(native_matrix):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("native_matrix")
 def test_resume_skips_finished_cells(native_matrix, tmp_path):
     results = tmp_path / "runs.jsonl"
     shutil.copy(native_matrix[0], results)
@@ -212,6 +214,7 @@ def _kill_node1_container_when_training(results_dir, stop):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("docker")   # kills a bench-*node1 container (tests/conftest.py)
 def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_image,
                                                                           compose_variant,
                                                                           tmp_path):

@@ -19,6 +19,9 @@ from bench.host import netlab
 from tests.conftest import REPO, _require, assert_breakdown
 
 LINK_GBPS = 0.125   # 1 Gbit/s in GB/s
+# One worker for every lab (lab_host: no lab of anyone's is left); the tests that time a
+# link, a quota or a neighbour's start run alone, marked serial (tests/conftest.py, PHASES).
+pytestmark = pytest.mark.xdist_group("netlab")
 
 
 @pytest.fixture
@@ -40,6 +43,7 @@ def _matrix(*args: str) -> list[str]:
             *args]
 
 
+@pytest.mark.serial
 def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
     results = tmp_path / "runs.jsonl"
     sweep = subprocess.run(
@@ -175,6 +179,7 @@ _SPIN = ("import time; t = time.perf_counter(); sum(i * i for i in range(1_500_0
          "print(time.perf_counter() - t)")
 
 
+@pytest.mark.serial
 def test_a_cpu_quota_slows_its_host_and_its_cgroup_goes_with_the_lab(lab_host):
     def spin_on(node: netlab.Node) -> float:
         done = subprocess.run(node.wrap([sys.executable, "-c", _SPIN]), capture_output=True,
@@ -228,6 +233,7 @@ STRAGGLER_JOB = ("--cpus-per-node", str(os.cpu_count() or 1), "--topologies", "4
                  "--comm-probe-steps", "0", "--mlp-width", "256", "--mlp-depth", "4")
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("condition, flags, named", [
     ("clean", ["--host-cpu-quota", "0.3"], None),
     # host 2 held to half its fair quota: twice as slow in compute

@@ -20,7 +20,9 @@ import pytest
 
 from conftest import REPO, _require, free_port
 
-pytestmark = pytest.mark.e2e
+# The same worker as test_slurm_e2e: one cluster start at a time, since the first one may
+# install Slurm (tests/conftest.py, PHASES).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]
 
 CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -213,6 +215,7 @@ def _cmdline(entry: Path) -> str:
         return ""
 
 
+@pytest.mark.serial   # 50 s for slurmctld's 30 s check: alone (tests/conftest.py, PHASES)
 def test_a_job_past_its_time_limit_ends_timeout(cluster, tmp_path):
     """Slurm's limits are whole minutes and slurmctld checks them every 30 s: --time=1 would
     take 60-90 s. Root sets the running job's limit to 0 instead: TIMEOUT within ~30 s."""

@@ -19,7 +19,9 @@ import yaml
 from bench import manifest, record
 from conftest import EXAMPLE_ENV, REPO, assert_breakdown, bench_containers, validate
 
-pytestmark = pytest.mark.e2e
+# Docker: every test here makes bench-* containers, serves NFS on the host's TCP 2049, or
+# runs beside those that do (tests/conftest.py, PHASES).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("docker")]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 
 
