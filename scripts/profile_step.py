@@ -7,7 +7,9 @@ model and batch as
   bare     the one-process step the trainer times (no DDP, no hook);
   ddp      one-rank DDP with its built-in C++ all-reduce;
   probe    one-rank DDP with the trainer's observed hook (bench.rank.traffic.wrap_model),
-           as the traffic probe runs it;
+           its per-bucket stamps off (no step begun);
+  stamped  the same, each step begun and ended on its GradientTraffic as the trainer's
+           traffic probe does (a CUDA event per bucket ready, issued and done);
 
 then profiles a few steps of each and writes, per variant, the ops with the most device time
 and a Chrome trace (gzipped), so the extra time can be named.
@@ -41,7 +43,7 @@ from bench.rank.loop import Precision, Trainer  # noqa: E402
 from bench.rank.models import build_model  # noqa: E402
 from bench.rank.traffic import GradientTraffic, wrap_model  # noqa: E402
 
-VARIANTS = ("bare", "ddp", "probe")
+VARIANTS = ("bare", "ddp", "probe", "stamped")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -90,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     clock = StepClock(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     cfg = DistributedConfig(device=args.device)
+    observers = {name: GradientTraffic(clock) for name in ("probe", "stamped")}
     wrapped = {"bare": model,
                "ddp": wrap_model(model, ctx, cfg, GradientTraffic(clock), observe=False),
-               "probe": wrap_model(model, ctx, cfg, GradientTraffic(clock), observe=True)}
+               "probe": wrap_model(model, ctx, cfg, observers["probe"], observe=True),
+               "stamped": wrap_model(model, ctx, cfg, observers["stamped"], observe=True)}
     trainers = {name: Trainer(m, optimizer, precision, lambda b: b, 1)
                 for name, m in wrapped.items()}
 
@@ -102,10 +106,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def timed(name: str, steps: int) -> float:
         trainer, source = trainers[name], batches()
-        start = clock.mark()
+        stamps = observers["stamped"] if name == "stamped" else None
+        start = mark = clock.mark()
         for _ in range(steps):
+            if stamps:
+                stamps.begin_step(mark)
             trainer.step(source)
-        return clock.seconds(start, clock.mark()) / steps
+            mark = clock.mark()
+            if stamps:
+                stamps.end_step(mark)
+        return clock.seconds(start, mark) / steps
 
     for name in VARIANTS:  # warm-up: cuDNN's search, DDP's first-iteration rebuild
         timed(name, 5)
