@@ -46,6 +46,20 @@ def _line(name: str, index: int = 0) -> dict:
 ONE_NODE = _line("emulated-cpu/1gbit.jsonl", 0)      # ok, 1 node, with a bucket timeline
 TWO_NODES = _line("emulated-cpu/1gbit.jsonl", 5)     # ok, 2 nodes on the same 1 Gbit link
 SWEEP = _line("emulated-cpu/1gbit-comm.jsonl")       # an all-reduce sweep over 2 ranks
+
+
+def _one_rank(sweep: dict) -> dict:
+    """A sweep as one rank records it: nothing crossed a link, so no bandwidth (null)."""
+    rec = json.loads(json.dumps(sweep))
+    rec.update(world_size=1, nnodes=1, nproc_per_node=1, procs_per_node=[1],
+               busbw_peak_GBps=None, busbw_largest_GBps=None)
+    rec["env"].update(world_size=1, nnodes=1, nproc_per_node=1, ranks=rec["env"]["ranks"][:1])
+    for row in rec["sizes"]:
+        row.update(algbw_GBps=None, busbw_GBps=None)
+    return rec
+
+
+ONE_RANK_SWEEP = _one_rank(SWEEP)
 BASES = {
     "one-node": ONE_NODE,
     "two-nodes": TWO_NODES,
@@ -53,6 +67,7 @@ BASES = {
     "oom-failed-node": _line("gpu-h100/telemetry/oom.jsonl"),
     "epochs": _line("gpu-h100/real-data.jsonl"),
     "sweep": SWEEP,
+    "one-rank-sweep": ONE_RANK_SWEEP,
     # Issue 26's step breakdown, straggler and prediction as the contract lays them out (no
     # committed run has them yet): their every field is a path the mutations reach.
     "straggler": with_breakdown(TWO_NODES),
@@ -531,6 +546,32 @@ def test_a_denormal_figure_is_refused(tmp_path):
         code, err = _run(main, argv)
         assert f"{space.comm}:2: skipped: not a valid allreduce record" in err
         assert code == 0
+
+
+def test_a_sweep_without_bandwidth_is_read_by_every_verb(tmp_path):
+    """A one-rank sweep stores no bandwidth (null), and a sweep over 2 ranks may lack it at
+    some sizes: every verb reads them beside a real sweep (plot with its real PNG); none
+    takes them for a measured link, and --link-from a file of them alone is refused."""
+    gappy = json.loads(json.dumps(SWEEP))
+    for row in gappy["sizes"][::2]:
+        row.update(algbw_GBps=None, busbw_GBps=None)
+    gappy["sizes"][-1].update(algbw_GBps=None, busbw_GBps=None)
+    for rec in (ONE_RANK_SWEEP, gappy):
+        _accepted(rec)
+    space = Workspace(tmp_path / "case", ONE_RANK_SWEEP)
+    space.comm.write_text("".join(json.dumps(r) + "\n" for r in (SWEEP, ONE_RANK_SWEEP, gappy)))
+    space.runs.write_text("".join(json.dumps(r) + "\n"
+                                  for r in (ONE_RANK_SWEEP, gappy, ONE_NODE, TWO_NODES)))
+    _read_without_plotting(space)
+    assert _run(plot.main, [space.runs, "--out-dir", space.out])[0] == 0
+    assert _run(report.main, [space.runs])[0] == 0
+    assert "all-reduce over" not in space.runs.with_suffix(".md").read_text()
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(json.dumps(ONE_RANK_SWEEP) + "\n" + json.dumps(gappy) + "\n")
+    for main, argv in [(predict.main, [space.runs, "--link-from", alone]),
+                       (accuracy.main, [space.runs, "--link-from", alone])]:
+        code, err = _run(main, argv)
+        assert code in (1, 2) and "Traceback" not in err
 
 
 def test_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path):

@@ -350,10 +350,7 @@ def link_of(args: argparse.Namespace) -> LinkRange:
     same link); with --link too, that measurement moved to the nominal rate (the upgrade a
     lab plans, from the link it has); --link alone: nominal."""
     if args.link_from:
-        sweeps = [r for r in record.load(args.link_from, "--link-from")
-                  if r.get("mode") == "allreduce" and r.get("status") == "ok"
-                  and (r.get("world_size") or 0) > 1 and r.get("sizes")
-                  and r["sizes"][-1]["busbw_GBps"] > 0]
+        sweeps = record.link_sweeps(record.load(args.link_from, "--link-from"))
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
                               "over 2 or more ranks: run bench allreduce on the link first")

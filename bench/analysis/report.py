@@ -78,11 +78,9 @@ def sweep_summary(records: list[dict]) -> list[str]:
     """Per node count of the ok all-reduce sweeps over 2+ ranks: the median busbw at the
     largest message, against the link's rate where the record knows it."""
     by_nodes: dict[tuple[int, int], list[dict]] = {}
-    for rec in records:
-        if rec.get("mode") == "allreduce" and rec.get("status") == "ok" \
-                and (rec.get("world_size") or 0) > 1 and rec.get("sizes"):
-            key = (rec.get("nnodes") or 1, rec["world_size"])
-            by_nodes.setdefault(key, []).append(rec)
+    for rec in record.link_sweeps(records):
+        key = (rec.get("nnodes") or 1, rec["world_size"])
+        by_nodes.setdefault(key, []).append(rec)
     lines = []
     for (nodes, ranks), sweeps in sorted(by_nodes.items()):
         busbw = statistics.median([s["sizes"][-1]["busbw_GBps"] for s in sweeps])
