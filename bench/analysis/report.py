@@ -147,7 +147,7 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
     env = [r.get("env") or {} for r in records]
     return [
         ("image", distinct(lambda r: (r.get("env") or {}).get("image_digest"))),
-        ("git commit", distinct(lambda r: (r.get("env") or {}).get("git_commit"))),
+        ("git commit", distinct(lambda r: git_tree(r.get("env") or {}))),
         ("torch", distinct(lambda r: (r.get("env") or {}).get("torch"))),
         ("CUDA / NCCL", distinct(lambda r: "/".join(
             str((r.get("env") or {}).get(k)) for k in ("cuda", "nccl")))),
@@ -160,6 +160,18 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
         ("launcher", distinct(lambda r: (r.get("matrix") or {}).get("launcher"))),
         ("runs", f"{len(records)} ({sum(r.get('status') == 'ok' for r in records)} ok)"),
     ]
+
+
+def git_tree(env: dict) -> str | None:
+    """The tree a record ran: its commit, +dirty where tracked files differed, and the
+    first 12 digits of the uncommitted change's sha256 where the record has it (two dirty
+    trees of one commit are different trees)."""
+    commit = env.get("git_commit")
+    if not commit:
+        return None
+    diff = env.get("git_diff_sha256")
+    return f"{commit}{'+dirty' if env.get('git_dirty') else ''}" + \
+        (f" (diff {diff[:12]})" if diff else "")
 
 
 def communication(records: list[dict]) -> list[list[str]]:
