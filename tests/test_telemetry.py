@@ -137,3 +137,31 @@ def test_the_table_shows_telemetry_columns(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bench", "table", str(results), "--columns",
                           "watts"], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "--columns=watts" in bad.stderr
+
+
+# --- what each rank records about itself (env.ranks[i]) ------------------------------------
+
+def test_each_rank_records_its_versions(monkeypatch):
+    """rank_info: the rank's torch, CUDA, NCCL, and the driver NVML reports (faked here)."""
+    import torch
+
+    from bench.rank import environment
+
+    nvml = types.SimpleNamespace(NVMLError=NVMLError,
+                                 nvmlSystemGetDriverVersion=lambda: "580.159.04")
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: nvml)
+    monkeypatch.setattr(environment, "device_name", lambda device: "NVIDIA H200")
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    first = environment.rank_info(types.SimpleNamespace(rank=0, local_rank=0, node_rank=0,
+                                                        device=cuda))
+    assert first["torch"] == torch.__version__ and first["cuda"] == torch.version.cuda
+    assert first["driver"] == "580.159.04" and first["device"] == "NVIDIA H200"
+    cpu = environment.rank_info(types.SimpleNamespace(rank=0, local_rank=0, node_rank=0,
+                                                      device=torch.device("cpu")))
+    assert cpu["driver"] is None and cpu["torch"] == torch.__version__
+    from bench import record
+
+    rec = json.loads((REPO / "results" / "reference" / "emulated-cpu" / "1gbit.jsonl")
+                     .read_text().splitlines()[0])
+    rec["env"]["ranks"] = [first, {**cpu, "rank": 1}]
+    assert record.problem_of(rec) is None

@@ -154,12 +154,60 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
         ("devices", distinct(lambda r: ", ".join(sorted({str(x.get("device"))
                                                          for x in (r.get("env") or {})
                                                          .get("ranks", [])})))),
+        ("rank versions", rank_versions_row(records)),
         ("hosts", ", ".join(sorted({h for e in env for h in e.get("hostnames", [])})) or "-"),
         ("cpu", distinct(lambda r: (r.get("env") or {}).get("cpu_model"))),
         ("link", distinct(lambda r: ((r.get("env") or {}).get("link") or {}).get("rate"))),
         ("launcher", distinct(lambda r: (r.get("matrix") or {}).get("launcher"))),
         ("runs", f"{len(records)} ({sum(r.get('status') == 'ok' for r in records)} ok)"),
     ]
+
+
+# What every rank of a job should share, from its env.ranks entry: its versions.
+RANK_VERSIONS = ("torch", "cuda", "nccl", "driver")
+SHOWN_RANKS = 4
+
+
+def _ranks_of(rec: dict) -> list[dict]:
+    ranks = (rec.get("env") or {}).get("ranks")
+    return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+
+
+def _rank_list(ranks: list) -> str:
+    shown = ", ".join(str(r) for r in ranks[:SHOWN_RANKS])
+    more = f" and {len(ranks) - SHOWN_RANKS} more" if len(ranks) > SHOWN_RANKS else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}{more}"
+
+
+def rank_disagreement(rec: dict) -> str | None:
+    """What a job's ranks disagree on, in one line ("torch 2.11.0 on rank 0, 2.14.1 on rank
+    1"): the versions each rank recorded (env.ranks[i]; the env block's own are rank 0's).
+    None where they agree or the record has no per-rank versions (records from before)."""
+    ranks = _ranks_of(rec)
+    fields = [(name, lambda r, name=name: r.get(name)) for name in RANK_VERSIONS]
+    parts = []
+    for label, get in fields:
+        seen: dict[str, list] = {}
+        for rank in ranks:
+            if (value := get(rank)) is not None:
+                seen.setdefault(str(value), []).append(rank.get("rank"))
+        if len(seen) > 1:
+            parts.append(f"{label} " + ", ".join(f"{value} on {_rank_list(at)}"
+                                                 for value, at in sorted(seen.items())))
+    return "; ".join(parts) or None
+
+
+def rank_versions_row(records: list[dict]) -> str:
+    """The provenance block's line on the ranks: the first job whose ranks disagree (and
+    how many do), else whether every job recorded its ranks' versions alike."""
+    split = [(rec, why) for rec in records if (why := rank_disagreement(rec))]
+    if split:
+        rec, why = split[0]
+        return (f"ranks disagree in {len(split)} run(s); {rec.get('run_id')}: {why}")
+    if any(r.get(name) is not None for rec in records for r in _ranks_of(rec)
+           for name in RANK_VERSIONS):
+        return "every run's ranks agree"
+    return "-"
 
 
 def git_tree(env: dict) -> str | None:

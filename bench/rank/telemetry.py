@@ -157,6 +157,35 @@ def _handle(nvml, device):
     return nvml.nvmlDeviceGetHandleByIndex(device.index or 0)
 
 
+# --- what a rank records about its GPU in env.ranks[i] ----------------------------------
+
+def _ask(nvml, name: str, *args):
+    """One NVML getter's answer, or None where this GPU, driver or pynvml lacks it (NVML's
+    Not Supported, No Permission; an older pynvml without the function)."""
+    getter = getattr(nvml, name, None)
+    if getter is None:
+        return None
+    try:
+        return getter(*args)
+    except Exception:  # noqa: BLE001 - pynvml.NVMLError and its many subclasses
+        return None
+
+
+def driver_version(device, nvml=None) -> str | None:
+    """The driver this rank's GPU runs under, from NVML; None on CPU or where NVML is
+    absent."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    try:
+        nvml = nvml or _load_nvml()
+    except Exception:  # noqa: BLE001 - ImportError, NVMLError
+        return None
+    version = _ask(nvml, "nvmlSystemGetDriverVersion")
+    if isinstance(version, bytes):   # pynvml before 11.5 answered bytes
+        version = version.decode(errors="replace")
+    return str(version) if version else None
+
+
 def combine(per_rank: list[dict | None], reasons: list[str], samples_per_s: float,
             timed_samples: float) -> dict:
     """The job's telemetry from every rank's summary: medians of the ranks' medians, the
