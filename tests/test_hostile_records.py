@@ -60,6 +60,27 @@ def _one_rank(sweep: dict) -> dict:
 
 
 ONE_RANK_SWEEP = _one_rank(SWEEP)
+
+
+def _with_rank_settings(base: dict) -> dict:
+    """Each rank's versions and GPU settings (issue 28), the ranks disagreeing: every
+    field of an entry is a path the mutations reach."""
+    rec = json.loads(json.dumps(base))
+    settings = {"reason": None, "power_limit_w": 700.0, "enforced_power_limit_w": 700.0,
+                "default_power_limit_w": 700.0, "sm_app_clock_mhz": 1980,
+                "memory_app_clock_mhz": 3201, "sm_default_app_clock_mhz": 1980,
+                "memory_default_app_clock_mhz": 3201, "sm_max_clock_mhz": 1980,
+                "memory_max_clock_mhz": 3201, "clock_event_reasons": ["gpu_idle"],
+                "ecc_enabled": True, "ecc_pending": True, "mig_enabled": False,
+                "mig_pending": False, "persistence_mode": True, "pcie_gen": 5,
+                "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16,
+                "topology": "\tGPU0\tNIC0\nGPU0\t X \tSYS\n"}
+    rec["env"]["ranks"] = [
+        {**rank, "torch": f"2.1{4 - i}.1", "cuda": "13.0", "nccl": "2.28.9",
+         "driver": "580.159.04",
+         "gpu_settings": {**settings, "enforced_power_limit_w": 700.0 - 100 * i}}
+        for i, rank in enumerate(rec["env"]["ranks"] * 2)]
+    return rec
 BASES = {
     "one-node": ONE_NODE,
     "two-nodes": TWO_NODES,
@@ -68,6 +89,7 @@ BASES = {
     "epochs": _line("gpu-h100/real-data.jsonl"),
     "sweep": SWEEP,
     "one-rank-sweep": ONE_RANK_SWEEP,
+    "rank-settings": _with_rank_settings(TWO_NODES),
     # Issue 26's step breakdown, straggler and prediction as the contract lays them out (no
     # committed run has them yet): their every field is a path the mutations reach.
     "straggler": with_breakdown(TWO_NODES),
@@ -398,6 +420,12 @@ def test_the_strategy_reaches_every_field_and_the_edges():
                  ("straggler_check", "note"), ("link_probe", "links", 0, "GBps")]:
         assert path in straggler, path
     assert ("step_breakdown",) in _mutable_paths(ONE_NODE, TRAINING_VALUES)
+    settings = _mutable_paths(BASES["rank-settings"], TRAINING_VALUES)
+    for path in [("env", "ranks", 0, "torch"), ("env", "ranks", 0, "driver"),
+                 ("env", "ranks", 0, "gpu_settings", "enforced_power_limit_w"),
+                 ("env", "ranks", 0, "gpu_settings", "topology"),
+                 ("env", "ranks", 0, "gpu_settings", "clock_event_reasons", 0)]:
+        assert path in settings, path
 
 
 @given(rec=hostile_records())

@@ -142,18 +142,22 @@ def _ranks(*versions: tuple[str, float]) -> dict:
     rank = rec["env"]["ranks"][0]
     rec["env"]["ranks"] = [
         {**rank, "rank": i, "torch": torch, "cuda": "13.0", "nccl": "2.28.9",
-         "driver": "580.159.04"}
+         "driver": "580.159.04", "gpu_settings": {"enforced_power_limit_w": watts,
+                                                  "ecc_enabled": True, "mig_enabled": False,
+                                                  "pcie_max_gen": 5, "pcie_max_width": 16}}
         for i, (torch, watts) in enumerate(versions)]
     return rec
 
 
 def test_a_job_whose_ranks_disagree_is_named_in_the_provenance_block():
-    """Rank 0's versions are the env block's; a rank that loaded another torch measures
-    something else, and the report says so in one line."""
+    """Rank 0's versions are the env block's; a rank that loaded another torch or runs its
+    GPU at another power limit measures something else, and the report says so in one
+    line."""
     split = _ranks(("2.11.0+cu130", 700.0), ("2.14.1+cu130", 700.0),
-                   ("2.14.1+cu130", 700.0))
+                   ("2.14.1+cu130", 500.0))
     assert report.rank_disagreement(split) == (
-        "torch 2.11.0+cu130 on rank 0, 2.14.1+cu130 on ranks 1, 2")
+        "torch 2.11.0+cu130 on rank 0, 2.14.1+cu130 on ranks 1, 2; "
+        "power limit W 500.0 on rank 2, 700.0 on ranks 0, 1")
     alike = _ranks(("2.14.1+cu130", 700.0), ("2.14.1+cu130", 700.0))
     assert report.rank_disagreement(alike) is None
     assert report.rank_disagreement(fixture_records()[0]) is None, "no per-rank versions"
@@ -162,6 +166,7 @@ def test_a_job_whose_ranks_disagree_is_named_in_the_provenance_block():
                                             "torch 2.11.0+cu130 on rank 0")
     assert dict(report.provenance([alike]))["rank versions"] == "every run's ranks agree"
     assert dict(report.provenance(fixture_records()))["rank versions"] == "-"
+    assert rows["GPU settings"] == "700 W limit, ECC on, MIG off, PCIe gen 5 x16"
     for rec in (split, alike):
         assert record.problem_of(rec) is None
     text = report.markdown(REPO / "runs.jsonl", [alike, split])

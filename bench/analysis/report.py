@@ -155,6 +155,7 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
                                                          for x in (r.get("env") or {})
                                                          .get("ranks", [])})))),
         ("rank versions", rank_versions_row(records)),
+        ("GPU settings", distinct(gpu_settings_text)),
         ("hosts", ", ".join(sorted({h for e in env for h in e.get("hostnames", [])})) or "-"),
         ("cpu", distinct(lambda r: (r.get("env") or {}).get("cpu_model"))),
         ("link", distinct(lambda r: ((r.get("env") or {}).get("link") or {}).get("rate"))),
@@ -163,8 +164,12 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
     ]
 
 
-# What every rank of a job should share, from its env.ranks entry: its versions.
+# What every rank of a job should share, from its env.ranks entry: its versions, and the
+# settings of its GPU that change what it measures.
 RANK_VERSIONS = ("torch", "cuda", "nccl", "driver")
+RANK_SETTINGS = {"power limit W": "enforced_power_limit_w",
+                 "SM applications clock MHz": "sm_app_clock_mhz", "ECC": "ecc_enabled",
+                 "MIG": "mig_enabled"}
 SHOWN_RANKS = 4
 
 
@@ -181,10 +186,13 @@ def _rank_list(ranks: list) -> str:
 
 def rank_disagreement(rec: dict) -> str | None:
     """What a job's ranks disagree on, in one line ("torch 2.11.0 on rank 0, 2.14.1 on rank
-    1"): the versions each rank recorded (env.ranks[i]; the env block's own are rank 0's).
-    None where they agree or the record has no per-rank versions (records from before)."""
+    1"): the versions each rank recorded (env.ranks[i]; the env block's own are rank 0's)
+    and its GPU's power limit, applications clock, ECC and MIG. None where they agree or
+    the record has no per-rank versions (records from before)."""
     ranks = _ranks_of(rec)
-    fields = [(name, lambda r, name=name: r.get(name)) for name in RANK_VERSIONS]
+    fields = [(name, lambda r, name=name: r.get(name)) for name in RANK_VERSIONS] + \
+        [(label, lambda r, key=key: (r.get("gpu_settings") or {}).get(key))
+         for label, key in RANK_SETTINGS.items()]
     parts = []
     for label, get in fields:
         seen: dict[str, list] = {}
@@ -208,6 +216,27 @@ def rank_versions_row(records: list[dict]) -> str:
            for name in RANK_VERSIONS):
         return "every run's ranks agree"
     return "-"
+
+
+def gpu_settings_text(rec: dict) -> str | None:
+    """Rank 0's GPU settings in a few words: power limit, applications clock, ECC, MIG,
+    PCIe link; None on CPU or where NVML gave none."""
+    ranks = _ranks_of(rec)
+    settings = ranks[0].get("gpu_settings") if ranks else None
+    if not isinstance(settings, dict):
+        return None
+
+    def flag(name: str, key: str) -> str | None:
+        value = settings.get(key)
+        return None if value is None else f"{name} {'on' if value else 'off'}"
+
+    limit, clock = settings.get("enforced_power_limit_w"), settings.get("sm_app_clock_mhz")
+    gen, width = settings.get("pcie_max_gen"), settings.get("pcie_max_width")
+    words = [f"{limit:.0f} W limit" if limit is not None else None,
+             f"SM app clock {clock} MHz" if clock is not None else None,
+             flag("ECC", "ecc_enabled"), flag("MIG", "mig_enabled"),
+             f"PCIe gen {gen} x{width}" if gen is not None and width is not None else None]
+    return ", ".join(w for w in words if w) or None
 
 
 def git_tree(env: dict) -> str | None:

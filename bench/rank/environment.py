@@ -41,10 +41,20 @@ def rank_versions(device: torch.device) -> dict:
             "driver": telemetry.driver_version(device)}
 
 
+def topology_matrix() -> str | None:
+    """``nvidia-smi topo -m``: how this host's GPUs, NICs and CPUs connect (NVLink, PCIe
+    switch, host bridge, socket); None where nvidia-smi is absent or fails."""
+    return _run(["nvidia-smi", "topo", "-m"])
+
+
 def rank_info(ctx: DistContext) -> dict:
     """What each rank reports about itself, gathered from all ranks into the record: who
-    and where it is, and its versions."""
-    return {**rank_identity(ctx), **rank_versions(ctx.device)}
+    and where it is, its versions, and its GPU's settings (null on CPU; the host's
+    ``nvidia-smi topo -m`` on each node's local rank 0 only)."""
+    topology = topology_matrix() if ctx.device.type == "cuda" and ctx.local_rank == 0 \
+        else None
+    return {**rank_identity(ctx), **rank_versions(ctx.device),
+            "gpu_settings": telemetry.gpu_settings(ctx.device, topology)}
 
 
 def torchvision_version() -> str:
