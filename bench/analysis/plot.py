@@ -32,7 +32,7 @@ from bench.options import ConfigError
 from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, write_output
 from bench.topology import Topology
 
-WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
+WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook", "strategy", "variant")
 MATPLOTLIB_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "matplotlib"
 
 

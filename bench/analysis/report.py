@@ -34,6 +34,7 @@ from bench.analysis.acceptance import Row
 from bench.analysis.plot import BREAKDOWN_CAPTION, RANKS_CAPTION
 from bench.analysis.table import (
     DEFAULT_GROUP_BY,
+    FIELDS,
     NOT_SHOWN,
     any_breakdown,
     column_headers,
@@ -131,11 +132,13 @@ def _training_summary(records: list[dict]) -> list[str]:
 
 
 def _same_setup(a: dict, b: dict) -> bool:
-    """Same table as ``b``: everything but the topology alike."""
+    """Same table as ``b``: everything but the topology alike (the scaling table's group,
+    compiled or eager included)."""
     keys = ("batch_size_per_device", "mode", "comm_hook")
     return all(a.get(k) == b.get(k) for k in keys) and \
         a["config"]["model"] == b["config"]["model"] and \
-        a["config"]["data"]["data"] == b["config"]["data"]["data"]
+        a["config"]["data"]["data"] == b["config"]["data"]["data"] and \
+        all(FIELDS[f](a) == FIELDS[f](b) for f in DEFAULT_GROUP_BY)
 
 
 def provenance(records: list[dict]) -> list[tuple[str, str]]:

@@ -35,6 +35,16 @@ def _cfg(section: str, key: str) -> Callable[[dict], object]:
     return lambda r: r.get("config", {}).get(section, {}).get(key)
 
 
+def variant(rec: dict) -> str:
+    """How the model ran: ``eager`` or ``compiled`` (torch.compile), with
+    ``+channels-last`` where it used that memory format (records without the settings ran
+    eager, channels-first)."""
+    precision = (rec.get("config") or {}).get("precision") or {}
+    precision = precision if isinstance(precision, dict) else {}
+    return ("compiled" if precision.get("compile") else "eager") + \
+        ("+channels-last" if precision.get("channels_last") else "")
+
+
 # The vocabulary of --group-by and --where: one extractor per field.
 FIELDS: dict[str, Callable[[dict], object]] = {
     "batch": lambda r: r.get("batch_size_per_device"),
@@ -46,6 +56,9 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "comm_hook": lambda r: r.get("comm_hook"),
     # Records from before --strategy existed were all DDP.
     "strategy": lambda r: r.get("strategy") or _cfg("distributed", "strategy")(r) or "ddp",
+    # Compiled or eager, channels-last or not: a compiled run's figures and bucket timeline
+    # are another program's than the eager run's, so no table or prediction mixes them.
+    "variant": variant,
     "grad_accum": _cfg("distributed", "grad_accum"),
     "topology": lambda r: str(Topology.of_record(r)),
     "nodes": lambda r: r.get("nnodes"),
@@ -55,7 +68,7 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "device": lambda r: ((r.get("env") or {}).get("ranks") or [{}])[0].get("device"),
 }
 DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook",
-                    "strategy")
+                    "strategy", "variant")
 # --format: tabulate's name for each table format, and csv (written by the csv module).
 TABULATE_FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex"}
 FORMATS = (*TABULATE_FORMATS, "csv")

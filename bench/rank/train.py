@@ -267,6 +267,10 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
                                   "single" if single else "fsdp" if fsdp else "ddp",
                                   clock.stamped_by))
     rec["bucket_timeline"] = traffic.timeline()
+    if rec["bucket_timeline"] is not None:
+        # Observed in the timed steps, the timeline is the trained program's; from the
+        # probe, of the bare model under DDP, eager even where training was compiled.
+        rec["bucket_timeline"]["compiled"] = bool(cfg.precision.compile and observed)
     summary_here = sampler.summary() if sampler else None
     summaries = distributed.all_gather_objects(
         ctx, {"summary": summary_here,
