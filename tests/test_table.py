@@ -82,3 +82,27 @@ def test_a_compiled_run_has_its_own_table_and_baseline():
     fsdp = dict(records[0], strategy="fsdp")
     assert len([line for line in render([records[0], fsdp]).splitlines()
                 if line.startswith("batch 64")]) == 2
+
+
+def test_the_steady_state_is_shown_where_a_record_has_it():
+    """An --epochs run of 2+ epochs records samples/s after its first epoch: the table
+    shows it beside the metric (the H100's real-data run: 9,088 samples/s in all, about
+    twice that after the first epoch's un-warmed steps); tables without it keep their
+    columns."""
+    from bench import record
+    from bench.analysis.table import STEADY_HEADER
+
+    rec = json.loads((REPO / "results" / "reference" / "gpu-h100" / "real-data.jsonl")
+                     .read_text().splitlines()[0])
+    assert STEADY_HEADER not in render([rec])
+    rec["samples_per_s_steady"] = 18_204.6
+    assert record.problem_of(rec) is None
+    text = render([rec])
+    header = next(line for line in text.splitlines() if line.startswith("| setup"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert names[5:7] == ["total time s", STEADY_HEADER]
+    (row,) = rows_of(text)
+    assert row[6] == "18204.6"
+    csv = render([rec], "csv").splitlines()
+    assert STEADY_HEADER in csv[0] and "18204.6" in csv[1]
+    assert STEADY_HEADER not in render(fixture_records(64))

@@ -37,6 +37,7 @@ from bench.analysis.table import (
     FIELDS,
     NOT_SHOWN,
     any_breakdown,
+    any_steady,
     column_headers,
     device_of,
     group_tables,
@@ -408,7 +409,7 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None,
         slowest = any_breakdown(training)
         for key, rows, metric, cpu, note in group_tables(training, DEFAULT_GROUP_BY):
             title = " | ".join(f"{f} {v}" for f, v in zip(DEFAULT_GROUP_BY, key, strict=True))
-            headers = column_headers(metric, cpu, slowest)
+            headers = column_headers(metric, cpu, slowest, steady=any_steady(training))
             body += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
                      tabulate(rows, headers=headers, tablefmt="html", disable_numparse=True)]
         body += ["<h2>Communication</h2>",

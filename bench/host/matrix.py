@@ -370,7 +370,7 @@ def _headline(rec: dict) -> str:
     if rec.get("mode") == "accept":
         return (f"{len(rec['devices'])} device(s), {len(rec['links'])} link pair(s), "
                 f"{len(rec['data'])} data path(s) measured")
-    return f"{rec['samples_per_s']:.1f} samples/s"
+    return record.training_headline(rec)
 
 
 def straggler_words(rec: dict) -> str:

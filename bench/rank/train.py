@@ -286,7 +286,7 @@ def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
     return job.run(PROG, record.train_skeleton(cfg), cfg.output.results, cfg.distributed,
                    lambda ctx, rec: measure(cfg, ctx, rec),
-                   lambda rec: f"{rec['samples_per_s']:.1f} samples/s")
+                   record.training_headline)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
