@@ -109,10 +109,25 @@ def bus_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
-def bandwidths(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9 bytes per second), as nccl-tests prints them."""
+def bandwidths(size_bytes: int, seconds: float,
+               world_size: int) -> tuple[float | None, float | None]:
+    """(algbw, busbw) in GB/s (1e9 bytes per second), as nccl-tests prints them; (None,
+    None) for one rank: nothing crosses a link, so size / time is a memory copy's rate (an
+    H100 showed 10.9 TB/s), not a bandwidth, and the record says null."""
+    if world_size < 2:
+        return None, None
     algbw = size_bytes / seconds / 1e9
     return algbw, algbw * bus_factor(world_size)
+
+
+def headline(rec: dict) -> str:
+    """A sweep's one line (the command's last, the matrix's): the peak busbw, or why
+    there is none."""
+    peak = rec.get("busbw_peak_GBps")
+    if peak is None:
+        return ("one rank: no bandwidth (nothing crosses a link); every size checked"
+                if (rec.get("world_size") or 0) < 2 else "no bandwidth measured")
+    return f"busbw up to {peak:.3f} GB/s"
 
 
 def skeleton(cfg: AllreduceConfig) -> dict:

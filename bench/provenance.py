@@ -4,13 +4,15 @@ environment block. Torch-free: a rank adds what only a running torch knows
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
 import re
 import socket
 import subprocess
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from bench.units import parse_rate
@@ -67,6 +69,15 @@ REDACTED = "<redacted>"
 # The NCCL_DEBUG* names the trainer set itself to capture NCCL's transport
 # (bench.rank.nccl_capture), comma separated: not the user's settings, so not comm_env's.
 CAPTURE_SET = "BENCH_NCCL_DEBUG_SET"
+# The settings torchrun gives every rank where the user gave none (torch's
+# local_elastic_agent: TORCH_NCCL_ASYNC_ERROR_HANDLING=1). bench.rank.torchrun names those
+# it is about to add in LAUNCHER_SET, so comm_env leaves them out as not the user's; under a
+# plain torchrun they are recorded as before.
+TORCHRUN_DEFAULTS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
+LAUNCHER_SET = "BENCH_TORCHRUN_SET"
+# How long hashing the uncommitted change may take before the record says null instead.
+DIFF_TIMEOUT_S = 10.0
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -78,17 +89,57 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty). Inside the image the build passes the commit in BENCH_GIT_COMMIT."""
+def git_state() -> tuple[str | None, bool | None, str | None]:
+    """(commit, dirty, diff_sha256): the commit, whether tracked files differ from it, and
+    the sha256 of that difference (``git diff HEAD --binary``; None when clean or unknown).
+    The hash tells two dirty trees apart: a working tree copied beside a stale ``.git``
+    says "<commit>+dirty" whatever it holds. Inside the image the build passes all three
+    in BENCH_GIT_COMMIT, BENCH_GIT_DIRTY and BENCH_GIT_DIFF_SHA256; a device session that
+    copies a tree without its ``.git`` may set them too."""
     baked = os.environ.get("BENCH_GIT_COMMIT")
     if baked:
         dirty = os.environ.get("BENCH_GIT_DIRTY")
-        return baked, None if dirty is None else dirty == "1"
+        diff = os.environ.get("BENCH_GIT_DIFF_SHA256", "").strip().lower()
+        return (baked, None if dirty is None else dirty == "1",
+                diff if _SHA256.fullmatch(diff) else None)
     commit = _run(["git", "rev-parse", "HEAD"], cwd=_PACKAGE_DIR)
     if commit is None:
-        return None, None
+        return None, None, None
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_PACKAGE_DIR)
-    return commit, bool(status)
+    return commit, bool(status), diff_sha256(_PACKAGE_DIR) if status else None
+
+
+DIFF_COMMAND = ["git", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
+                "--no-textconv"]
+
+
+def diff_sha256(cwd: Path, timeout_s: float = DIFF_TIMEOUT_S) -> str | None:
+    """The sha256 of ``git diff HEAD --binary`` in ``cwd``'s repository (what
+    scripts/build-image.sh computes with the same command), streamed: however large the
+    change, memory stays small, and past ``timeout_s`` git is killed and the answer is
+    None, as it is where git fails or the tree is clean."""
+    try:
+        proc = subprocess.Popen(DIFF_COMMAND, cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    except OSError:
+        return None
+    stdout = proc.stdout
+    assert stdout is not None
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    digest, size = hashlib.sha256(), 0
+    try:
+        for chunk in iter(lambda: stdout.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return digest.hexdigest() if code == 0 and size else None
 
 
 def cpu_model() -> str:
@@ -153,10 +204,11 @@ def environment(ranks: list[dict], versions: dict, nproc_per_node: int | None,
                 world_size: int | None) -> dict:
     """The record's environment block from what the caller knows about the ranks and the
     software (``bench.rank.environment`` on a rank, ``collect_head`` on the head)."""
-    commit, dirty = git_state()
+    commit, dirty, diff = git_state()
     return {
         "git_commit": commit,
         "git_dirty": dirty,
+        "git_diff_sha256": diff,
         "image_id": os.environ.get("BENCH_IMAGE_ID") or None,
         "image_digest": os.environ.get("BENCH_IMAGE_DIGEST") or None,
         "ranks": ranks,
@@ -175,12 +227,21 @@ def environment(ranks: list[dict], versions: dict, nproc_per_node: int | None,
 
 def comm_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The communication settings of ``environ`` a record may name: known ones only
-    (``COMM_SETTINGS``), not those the trainer set itself (``CAPTURE_SET``), a value that
-    looks like a secret redacted."""
-    own = set(environ.get(CAPTURE_SET, "").split(","))
+    (``COMM_SETTINGS``: a base image's NCCL_VERSION or CUDA_VERSION is no setting, and the
+    NCCL torch loaded is the env block's ``nccl``), not those the trainer or torchrun set
+    (``CAPTURE_SET``, ``LAUNCHER_SET``), a value that looks like a secret redacted."""
+    own = set(environ.get(CAPTURE_SET, "").split(",")) | \
+        set(environ.get(LAUNCHER_SET, "").split(","))
     return {name: REDACTED if looks_secret(value) else value
             for name, value in sorted(environ.items())
             if name in COMM_SETTINGS and name not in own}
+
+
+def mark_torchrun_defaults(environ: MutableMapping[str, str]) -> None:
+    """Before torchrun starts: name in LAUNCHER_SET the defaults it will add because the
+    user set none (``TORCHRUN_DEFAULTS``), so the ranks' comm_env leaves them out."""
+    environ[LAUNCHER_SET] = ",".join(name for name in TORCHRUN_DEFAULTS
+                                     if name not in environ)
 
 
 def looks_secret(value: str) -> bool:

@@ -386,6 +386,23 @@ def training(records) -> list[dict]:
     return [r for r in records if is_training(r)]
 
 
+def training_headline(rec: dict) -> str:
+    """A training job's one line (the trainer's last, the matrix's): its samples/s, and
+    for 2+ epochs the steady state after the first epoch."""
+    rate, steady = rec.get("samples_per_s"), rec.get("samples_per_s_steady")
+    text = "no samples/s measured" if rate is None else f"{rate:.1f} samples/s"
+    return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "")
+
+
+def link_sweeps(records) -> list[dict]:
+    """The ok all-reduce sweeps that measured a link: over 2 or more ranks, with a busbw
+    above 0 at the largest message. A one-rank sweep's bandwidths are null (nothing
+    crosses a link; records from before said 0), so no reader divides by them."""
+    return [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
+            and (r.get("world_size") or 0) > 1 and r.get("sizes")
+            and (r["sizes"][-1].get("busbw_GBps") or 0) > 0]
+
+
 def schema(mode: str = "steps") -> dict:
     """The JSON schema of a record of ``mode`` (a copy: the caller may change it). The
     all-reduce and acceptance schemas share the training record's env block, so the

@@ -35,6 +35,13 @@ fi
 
 commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0)
+# The uncommitted change's sha256, as bench.provenance.diff_sha256 computes it (the same
+# command): two dirty trees of one commit are told apart in the records.
+diff_sha256=
+if [ "$dirty" = 1 ]; then
+  diff_sha256=$(timeout 10 git -C "$repo" diff HEAD --binary --no-color --no-ext-diff --no-textconv \
+                  2>/dev/null | sha256sum | cut -c1-64) || diff_sha256=
+fi
 args=(--network host --build-arg "BASE_IMAGE=$base")
 case "$kind" in
   trainer)
@@ -44,7 +51,8 @@ case "$kind" in
     [ "$(cat "$repo/$wheels/.complete" 2>/dev/null)" = "$wanted" ] ||
       "$here/download-wheels.sh" "$repo/$wheels" "$pyver" "$flavour"
     args+=(-f docker/Dockerfile --build-arg "WHEELS=$wheels" --build-arg "GIT_COMMIT=$commit"
-           --build-arg "GIT_DIRTY=$dirty" --build-arg "TORCH_FLAVOUR=$flavour"
+           --build-arg "GIT_DIRTY=$dirty" --build-arg "GIT_DIFF_SHA256=$diff_sha256"
+           --build-arg "TORCH_FLAVOUR=$flavour"
            --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)") ;;
   nfs) args+=(-f nfs/Dockerfile) ;;
   *) say "error: unknown image kind '$kind': trainer or nfs"; exit 2 ;;
@@ -55,7 +63,7 @@ esac
 # the same thing.
 case "$kind" in trainer) inputs=(docker/Dockerfile docker/node-entrypoint.sh requirements.txt bench "$wheels/.complete") ;;
                 nfs) inputs=(nfs/Dockerfile nfs/entrypoint.sh) ;; esac
-digest=$( { printf '%s\n' "$kind" "$base" "$pyver" "$flavour" "$commit" "$dirty"
+digest=$( { printf '%s\n' "$kind" "$base" "$pyver" "$flavour" "$commit" "$dirty" "$diff_sha256"
             (cd "$repo" && find "${inputs[@]}" -type f -not -path '*/__pycache__/*' -print0 \
                | sort -z | xargs -0 sha256sum); } | sha256sum | cut -c1-32)
 if [ "$(docker image inspect -f '{{index .Config.Labels "io.bench.inputs"}}' "$tag" 2>/dev/null)" = "$digest" ]; then

@@ -72,7 +72,7 @@ pcie.link.width.max,compute_mode,persistence_mode --format=csv
 "torchvision", torchvision.__version__, "python", platform.python_version(),
 "bf16", torch.cuda.is_bf16_supported(), "capability", torch.cuda.get_device_capability())'
   echo "cpus $(nproc)"
-  echo "tree ${BENCH_GIT_COMMIT:-unknown} dirty ${BENCH_GIT_DIRTY:-unknown}"
+  echo "tree ${BENCH_GIT_COMMIT:-unknown} dirty ${BENCH_GIT_DIRTY:-unknown} diff ${BENCH_GIT_DIFF_SHA256:-none}"
   echo "--- InfiniBand userspace and devices"
   ls /sys/class/infiniband 2>&1
   command -v ibv_devinfo || echo "no ibv_devinfo"

@@ -39,6 +39,34 @@ def test_busbw_against_hand_computed_values():
     assert busbw == pytest.approx(0.134217728 * 4 / 3)
 
 
+def test_one_rank_has_no_bandwidth():
+    """With one rank nothing crosses a link: size / time is a memory copy's rate (10.9 TB/s
+    on an H100), so neither figure is given."""
+    assert bandwidths(16 * 2**20, 3e-5, 1) == (None, None)
+    row = {"size_bytes": 1024, "count": 256, "time_s": 1e-5, "algbw_GBps": None,
+           "busbw_GBps": None, "wrong": 0}
+    text = allreduce._row_text(row)
+    assert text.split()[-4:] == ["n/a", "n/a", "n/a", "0"]
+    assert allreduce.summarize([row])["busbw_peak_GBps"] is None
+    assert allreduce.headline({"world_size": 1, "busbw_peak_GBps": None}).startswith(
+        "one rank: no bandwidth")
+
+
+def test_a_one_rank_sweep_records_null_bandwidths(tmp_path):
+    results = tmp_path / "comm.jsonl"
+    run = launch(["--device", "cpu", "--max-size", "4KiB", "--iters", "2",
+                  "--warmup-iters", "1"], results, torchrun=False,
+                 module="bench.rank.allreduce")
+    assert run.returncode == 0, run.stderr
+    (rec,) = run.records
+    validate(rec)
+    assert rec["status"] == "ok" and rec["world_size"] == 1
+    assert all(row["algbw_GBps"] is None and row["busbw_GBps"] is None and row["wrong"] == 0
+               for row in rec["sizes"])
+    assert rec["busbw_peak_GBps"] is None and rec["busbw_largest_GBps"] is None
+    assert "n/a" in run.stderr and "one rank: no bandwidth" in run.stderr
+
+
 def test_expected_sum_by_hand():
     # rank r holds (i + 3r) % 8: element 0 is 0, 3, 6 on three ranks; element 5 is 5, 0, 3.
     total = allreduce.expected_sum(8, 3, torch.float32, torch.device("cpu"))

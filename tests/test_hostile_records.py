@@ -46,6 +46,41 @@ def _line(name: str, index: int = 0) -> dict:
 ONE_NODE = _line("emulated-cpu/1gbit.jsonl", 0)      # ok, 1 node, with a bucket timeline
 TWO_NODES = _line("emulated-cpu/1gbit.jsonl", 5)     # ok, 2 nodes on the same 1 Gbit link
 SWEEP = _line("emulated-cpu/1gbit-comm.jsonl")       # an all-reduce sweep over 2 ranks
+
+
+def _one_rank(sweep: dict) -> dict:
+    """A sweep as one rank records it: nothing crossed a link, so no bandwidth (null)."""
+    rec = json.loads(json.dumps(sweep))
+    rec.update(world_size=1, nnodes=1, nproc_per_node=1, procs_per_node=[1],
+               busbw_peak_GBps=None, busbw_largest_GBps=None)
+    rec["env"].update(world_size=1, nnodes=1, nproc_per_node=1, ranks=rec["env"]["ranks"][:1])
+    for row in rec["sizes"]:
+        row.update(algbw_GBps=None, busbw_GBps=None)
+    return rec
+
+
+ONE_RANK_SWEEP = _one_rank(SWEEP)
+
+
+def _with_rank_settings(base: dict) -> dict:
+    """Each rank's versions and GPU settings (issue 28), the ranks disagreeing: every
+    field of an entry is a path the mutations reach."""
+    rec = json.loads(json.dumps(base))
+    settings = {"reason": None, "power_limit_w": 700.0, "enforced_power_limit_w": 700.0,
+                "default_power_limit_w": 700.0, "sm_app_clock_mhz": 1980,
+                "memory_app_clock_mhz": 3201, "sm_default_app_clock_mhz": 1980,
+                "memory_default_app_clock_mhz": 3201, "sm_max_clock_mhz": 1980,
+                "memory_max_clock_mhz": 3201, "clock_event_reasons": ["gpu_idle"],
+                "ecc_enabled": True, "ecc_pending": True, "mig_enabled": False,
+                "mig_pending": False, "persistence_mode": True, "pcie_gen": 5,
+                "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16,
+                "topology": "\tGPU0\tNIC0\nGPU0\t X \tSYS\n"}
+    rec["env"]["ranks"] = [
+        {**rank, "torch": f"2.1{4 - i}.1", "cuda": "13.0", "nccl": "2.28.9",
+         "driver": "580.159.04",
+         "gpu_settings": {**settings, "enforced_power_limit_w": 700.0 - 100 * i}}
+        for i, rank in enumerate(rec["env"]["ranks"] * 2)]
+    return rec
 BASES = {
     "one-node": ONE_NODE,
     "two-nodes": TWO_NODES,
@@ -53,6 +88,8 @@ BASES = {
     "oom-failed-node": _line("gpu-h100/telemetry/oom.jsonl"),
     "epochs": _line("gpu-h100/real-data.jsonl"),
     "sweep": SWEEP,
+    "one-rank-sweep": ONE_RANK_SWEEP,
+    "rank-settings": _with_rank_settings(TWO_NODES),
     # Issue 26's step breakdown, straggler and prediction as the contract lays them out (no
     # committed run has them yet): their every field is a path the mutations reach.
     "straggler": with_breakdown(TWO_NODES),
@@ -383,6 +420,12 @@ def test_the_strategy_reaches_every_field_and_the_edges():
                  ("straggler_check", "note"), ("link_probe", "links", 0, "GBps")]:
         assert path in straggler, path
     assert ("step_breakdown",) in _mutable_paths(ONE_NODE, TRAINING_VALUES)
+    settings = _mutable_paths(BASES["rank-settings"], TRAINING_VALUES)
+    for path in [("env", "ranks", 0, "torch"), ("env", "ranks", 0, "driver"),
+                 ("env", "ranks", 0, "gpu_settings", "enforced_power_limit_w"),
+                 ("env", "ranks", 0, "gpu_settings", "topology"),
+                 ("env", "ranks", 0, "gpu_settings", "clock_event_reasons", 0)]:
+        assert path in settings, path
 
 
 @given(rec=hostile_records())
@@ -531,6 +574,32 @@ def test_a_denormal_figure_is_refused(tmp_path):
         code, err = _run(main, argv)
         assert f"{space.comm}:2: skipped: not a valid allreduce record" in err
         assert code == 0
+
+
+def test_a_sweep_without_bandwidth_is_read_by_every_verb(tmp_path):
+    """A one-rank sweep stores no bandwidth (null), and a sweep over 2 ranks may lack it at
+    some sizes: every verb reads them beside a real sweep (plot with its real PNG); none
+    takes them for a measured link, and --link-from a file of them alone is refused."""
+    gappy = json.loads(json.dumps(SWEEP))
+    for row in gappy["sizes"][::2]:
+        row.update(algbw_GBps=None, busbw_GBps=None)
+    gappy["sizes"][-1].update(algbw_GBps=None, busbw_GBps=None)
+    for rec in (ONE_RANK_SWEEP, gappy):
+        _accepted(rec)
+    space = Workspace(tmp_path / "case", ONE_RANK_SWEEP)
+    space.comm.write_text("".join(json.dumps(r) + "\n" for r in (SWEEP, ONE_RANK_SWEEP, gappy)))
+    space.runs.write_text("".join(json.dumps(r) + "\n"
+                                  for r in (ONE_RANK_SWEEP, gappy, ONE_NODE, TWO_NODES)))
+    _read_without_plotting(space)
+    assert _run(plot.main, [space.runs, "--out-dir", space.out])[0] == 0
+    assert _run(report.main, [space.runs])[0] == 0
+    assert "all-reduce over" not in space.runs.with_suffix(".md").read_text()
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(json.dumps(ONE_RANK_SWEEP) + "\n" + json.dumps(gappy) + "\n")
+    for main, argv in [(predict.main, [space.runs, "--link-from", alone]),
+                       (accuracy.main, [space.runs, "--link-from", alone])]:
+        code, err = _run(main, argv)
+        assert code in (1, 2) and "Traceback" not in err
 
 
 def test_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path):

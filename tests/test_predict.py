@@ -535,3 +535,45 @@ def test_cli_tells_the_runs_own_rate_from_the_step_it_predicts_from(tmp_path):
     line = next(x for x in proc.stdout.splitlines() if x.startswith("measured on 1 node"))
     assert line.startswith("measured on 1 node: 80.0 samples/s (one ok repeat); ")
     assert "median step 150.0 ms (106.7 samples/s), 125.00 MB sent per step" in line
+
+
+def test_a_compiled_run_is_its_own_setup_and_never_predicted_from_eagers_timeline(tmp_path):
+    """The setup key holds compiled/eager with the memory format and the strategy: a
+    compiled run is never a repeat of the eager one, nor its measured counterpart. A
+    one-process compiled run's timeline comes from the eager DDP probe (the gpu-h100
+    record: a 69.0 ms step against the compiled 45.6 ms), so predict skips it and says
+    why; one whose timeline is the compiled program's is predicted."""
+    from bench.analysis.predict import setup_key, single_node_repeats
+
+    eager = _record(1, "none", 125e6, 106.7)
+    probed = _record(1, "none", 125e6, 150.0)
+    probed["config"]["precision"].update(compile=True)
+    probed["bucket_timeline"]["compiled"] = False
+    own = json.loads(json.dumps(probed))
+    own["bucket_timeline"]["compiled"] = True
+    last = json.loads(json.dumps(eager))
+    last["config"]["precision"]["channels_last"] = True
+    fsdp = dict(eager, strategy="fsdp")
+    assert len({setup_key(r) for r in (eager, probed, last, fsdp)}) == 4
+    assert setup_key(probed) == setup_key(own)
+    repeats = single_node_repeats([eager, probed, own])
+    assert sorted(len(v) for v in repeats.values()) == [1, 1], "the probed one left out"
+    old = json.loads(json.dumps(probed))
+    del old["bucket_timeline"]["compiled"]   # records from before: the probe's, eager
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in (eager, probed, old)))
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link", "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 compiled record(s) skipped" in proc.stderr
+    assert proc.stdout.count("\n## ") == 1 and "eager, ddp, comm-hook none" in proc.stdout
+    results.write_text(json.dumps(own) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results),
+                           "--link", "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and "compiled, ddp, comm-hook none" in proc.stdout
+    from bench import record
+
+    for rec in (probed, own, old, last, fsdp):
+        assert record.problem_of(rec) is None

@@ -112,10 +112,18 @@ def _sweep(nodes: int, busbw: float, rate_bps: int | None) -> dict:
                       {"size_bytes": 32 * 2**20, "busbw_GBps": busbw}]}
 
 
+def _one_rank() -> dict:
+    """A one-rank sweep as recorded now: no bandwidth (null)."""
+    rec = _sweep(1, 0.0, None)
+    for row in rec["sizes"]:
+        row["busbw_GBps"] = None
+    return rec
+
+
 def test_a_file_of_sweeps_is_summarised_by_the_bandwidth_it_got():
     sweeps = [_sweep(2, 0.12, 10**9), _sweep(2, 0.10, 10**9), _sweep(2, 0.11, 10**9),
               _sweep(4, 0.09, None), dict(_sweep(3, 0.5, 10**9), status="error"),
-              _sweep(1, 0.0, 10**9)]
+              _sweep(1, 0.0, 10**9), _one_rank()]
     lines = report.summary(sweeps)
     assert lines == [
         "all-reduce over 2 node(s), 2 ranks: busbw 0.88 Gbit/s at 32 MiB (median of 3), "
@@ -124,3 +132,42 @@ def test_a_file_of_sweeps_is_summarised_by_the_bandwidth_it_got():
     # Training records and sweeps in one file: the scaling lines, then the link's.
     both = report.summary(fixture_records() + sweeps[:1])
     assert both[0].startswith("best samples/s") and both[-1].startswith("all-reduce over 2")
+
+
+# --- the ranks' own versions and GPU settings ------------------------------------------
+
+def _ranks(*versions: tuple[str, float]) -> dict:
+    """A fixture record whose ranks ran these (torch, power limit W) pairs."""
+    rec = fixture_records()[2]
+    rank = rec["env"]["ranks"][0]
+    rec["env"]["ranks"] = [
+        {**rank, "rank": i, "torch": torch, "cuda": "13.0", "nccl": "2.28.9",
+         "driver": "580.159.04", "gpu_settings": {"enforced_power_limit_w": watts,
+                                                  "ecc_enabled": True, "mig_enabled": False,
+                                                  "pcie_max_gen": 5, "pcie_max_width": 16}}
+        for i, (torch, watts) in enumerate(versions)]
+    return rec
+
+
+def test_a_job_whose_ranks_disagree_is_named_in_the_provenance_block():
+    """Rank 0's versions are the env block's; a rank that loaded another torch or runs its
+    GPU at another power limit measures something else, and the report says so in one
+    line."""
+    split = _ranks(("2.11.0+cu130", 700.0), ("2.14.1+cu130", 700.0),
+                   ("2.14.1+cu130", 500.0))
+    assert report.rank_disagreement(split) == (
+        "torch 2.11.0+cu130 on rank 0, 2.14.1+cu130 on ranks 1, 2; "
+        "power limit W 500.0 on rank 2, 700.0 on ranks 0, 1")
+    alike = _ranks(("2.14.1+cu130", 700.0), ("2.14.1+cu130", 700.0))
+    assert report.rank_disagreement(alike) is None
+    assert report.rank_disagreement(fixture_records()[0]) is None, "no per-rank versions"
+    rows = dict(report.provenance([alike, split]))
+    assert rows["rank versions"].startswith(f"ranks disagree in 1 run(s); {split['run_id']}: "
+                                            "torch 2.11.0+cu130 on rank 0")
+    assert dict(report.provenance([alike]))["rank versions"] == "every run's ranks agree"
+    assert dict(report.provenance(fixture_records()))["rank versions"] == "-"
+    assert rows["GPU settings"] == "700 W limit, ECC on, MIG off, PCIe gen 5 x16"
+    for rec in (split, alike):
+        assert record.problem_of(rec) is None
+    text = report.markdown(REPO / "runs.jsonl", [alike, split])
+    assert "| rank versions | ranks disagree in 1 run(s)" in text

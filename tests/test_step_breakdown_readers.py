@@ -167,7 +167,7 @@ def test_the_report_shows_the_breakdown_and_the_slowest_run(tmp_path: Path):
     md, page = report.write(results)
     charts = sorted(p.name for p in tmp_path.glob("runs-*.png"))
     assert [c for c in charts if c.endswith(plot.BREAKDOWN_SUFFIXES)] == [
-        "runs-resnet152-synthetic-steps-fp32-nccl-none-breakdown.png",
+        "runs-resnet152-synthetic-steps-fp32-nccl-none-ddp-eager-breakdown.png",
         "runs-slowest-ranks.png"]
     text = md.read_text()
     section = text.split("## Step breakdown")[1].split("\n## ")[0]

@@ -156,3 +156,53 @@ def test_fsdp_collectives_are_counted_under_every_torch_name(monkeypatch, name, 
     assert calls == [(output, input_)]
     assert sent == [(output if counted == "output" else input_, kind)]
     assert counter.barrier is traffic_module.dist.barrier  # anything else passes through
+
+
+class _Epochs:
+    """A data bundle of ``steps`` batches per epoch and no eval split."""
+
+    eval = None
+
+    def __init__(self, steps: int) -> None:
+        self.train = list(range(steps))
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+
+class ColdTrainer(FakeTrainer):
+    """The first step of the run is slow, as an un-warmed GPU step is (allocator, cuDNN
+    autotuning, the loader's start: 2.25 s on the H100's real-data run)."""
+
+    precision = None   # evaluate() passes it on; there is no eval split to use it
+
+    def step(self, batches, *, sync: bool = True, parts=None):
+        if self.steps == 0:
+            time.sleep(0.2)
+        return super().step(batches, sync=sync, parts=parts)
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_the_steady_state_leaves_the_first_epoch_out(epochs):
+    from bench.config import ScheduleConfig
+    from bench.rank import summary
+
+    ctx = distributed.DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1,
+                                  node_rank=0, device=torch.device("cpu"), backend="gloo")
+    trainer = ColdTrainer()
+    result = loop.run_epochs(trainer, nn.Identity(), _Epochs(5), ctx,
+                             ScheduleConfig(epochs=epochs, log_every=0),
+                             StepClock(torch.device("cpu")), samples_per_step=8)
+    assert result.first_epoch_steps == 5
+    assert result.first_epoch_seconds == pytest.approx(sum(result.step_times[:5]))
+    figures = summary.figures(result, ctx, samples_per_step=8, grad_bytes_per_step=None,
+                              allreduce_calls_per_step=None, flops_per_sample=None,
+                              device_names=["cpu"], precision="fp32")
+    steady = figures["samples_per_s_steady"]
+    if epochs == 1:
+        assert steady is None
+        return
+    later = result.step_times[5:]
+    assert steady == pytest.approx(len(later) * 8 / sum(later))
+    # The cold step weighs on the whole run's figure only: the steady state is faster.
+    assert steady > 2 * figures["samples_per_s"]

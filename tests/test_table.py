@@ -57,3 +57,52 @@ def test_compare_names_what_each_side_ran_on():
     line = side(records)
     assert line.startswith("AMD EPYC, NVIDIA H100 80GB HBM3 on 2 host(s) (gpu1, vm), nccl")
     assert "torch 2.14.1+cu130" in line
+
+
+def test_a_compiled_run_has_its_own_table_and_baseline():
+    """Compiled and eager, channels-last or not, FSDP or DDP are different programs: the
+    compiled 1x2 is never divided by the eager 1x1 (issue 28: 5,582 compiled against 3,990
+    eager on one H100 would have read as a 1.4x speedup of nothing)."""
+    from bench.analysis import compare
+    from bench.analysis.table import FIELDS, variant
+
+    records = fixture_records(64)
+    for rec in records:
+        if rec["world_size"] == 2 and rec["nnodes"] == 1:
+            rec["config"]["precision"].update(compile=True, channels_last=True)
+    assert {variant(r) for r in records} == {"eager", "compiled+channels-last"}
+    text = render(records)
+    titles = [line for line in text.splitlines() if line.startswith("batch 64")]
+    assert len(titles) == 2 and all(" | strategy ddp | variant " in t for t in titles)
+    eager, compiled = text.split("variant compiled")
+    assert "multi-GPU" not in eager.split("variant eager")[-1]
+    assert "no 1-device row" in compiled, "its own baseline, not the eager 1x1"
+    assert FIELDS["variant"]({"config": {}}) == "eager", "older records ran eager"
+    assert "variant" in compare.DEFAULT_MATCH and "strategy" in compare.DEFAULT_MATCH
+    fsdp = dict(records[0], strategy="fsdp")
+    assert len([line for line in render([records[0], fsdp]).splitlines()
+                if line.startswith("batch 64")]) == 2
+
+
+def test_the_steady_state_is_shown_where_a_record_has_it():
+    """An --epochs run of 2+ epochs records samples/s after its first epoch: the table
+    shows it beside the metric (the H100's real-data run: 9,088 samples/s in all, about
+    twice that after the first epoch's un-warmed steps); tables without it keep their
+    columns."""
+    from bench import record
+    from bench.analysis.table import STEADY_HEADER
+
+    rec = json.loads((REPO / "results" / "reference" / "gpu-h100" / "real-data.jsonl")
+                     .read_text().splitlines()[0])
+    assert STEADY_HEADER not in render([rec])
+    rec["samples_per_s_steady"] = 18_204.6
+    assert record.problem_of(rec) is None
+    text = render([rec])
+    header = next(line for line in text.splitlines() if line.startswith("| setup"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert names[5:7] == ["total time s", STEADY_HEADER]
+    (row,) = rows_of(text)
+    assert row[6] == "18204.6"
+    csv = render([rec], "csv").splitlines()
+    assert STEADY_HEADER in csv[0] and "18204.6" in csv[1]
+    assert STEADY_HEADER not in render(fixture_records(64))

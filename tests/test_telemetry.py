@@ -137,3 +137,124 @@ def test_the_table_shows_telemetry_columns(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bench", "table", str(results), "--columns",
                           "watts"], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "--columns=watts" in bad.stderr
+
+
+# --- the GPU's own settings, per rank (env.ranks[i].gpu_settings) --------------------------
+
+def fake_settings_nvml(*, unsupported: tuple[str, ...] = ()):
+    """pynvml's setting getters as an H200 answers them (700 W, 1980/3201 MHz applications
+    clocks, ECC on, MIG off, PCIe gen 5 x16); each name in ``unsupported`` raises NVML's
+    Not Supported instead."""
+    answers = {
+        "nvmlDeviceGetPowerManagementLimit": lambda h: 700_000,
+        "nvmlDeviceGetEnforcedPowerLimit": lambda h: 650_000,
+        "nvmlDeviceGetPowerManagementDefaultLimit": lambda h: 700_000,
+        "nvmlDeviceGetApplicationsClock": lambda h, kind: {1: 1980, 2: 3201}[kind],
+        "nvmlDeviceGetDefaultApplicationsClock": lambda h, kind: {1: 1980, 2: 3201}[kind],
+        "nvmlDeviceGetMaxClockInfo": lambda h, kind: {1: 1980, 2: 3201}[kind],
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 0x1 | 0x2,
+        "nvmlDeviceGetEccMode": lambda h: [1, 1],
+        "nvmlDeviceGetMigMode": lambda h: [0, 1],
+        "nvmlDeviceGetPersistenceMode": lambda h: 1,
+        "nvmlDeviceGetCurrPcieLinkGeneration": lambda h: 5,
+        "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: 5,
+        "nvmlDeviceGetCurrPcieLinkWidth": lambda h: 8,
+        "nvmlDeviceGetMaxPcieLinkWidth": lambda h: 16,
+        "nvmlSystemGetDriverVersion": lambda: "580.159.04",
+        "nvmlDeviceGetHandleByIndex": lambda index: f"gpu{index}",
+    }
+
+    def refuse(*args):
+        raise NVMLError("Not Supported")
+
+    for name in unsupported:
+        answers[name] = refuse
+    return types.SimpleNamespace(NVMLError=NVMLError, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+                                 **answers)
+
+
+def _validates_as_a_rank(entry: dict) -> None:
+    from bench import record
+
+    rec = json.loads((REPO / "results" / "reference" / "emulated-cpu" / "1gbit.jsonl")
+                     .read_text().splitlines()[0])
+    rec["env"]["ranks"] = [{**rec["env"]["ranks"][0], **entry}]
+    assert record.problem_of(rec) is None
+
+
+def test_every_setting_is_read_through_nvml():
+    settings = telemetry.settings_of(fake_settings_nvml(), "gpu0", "\tGPU0\nGPU0\t X \n")
+    assert settings == {
+        "reason": None, "power_limit_w": 700.0, "enforced_power_limit_w": 650.0,
+        "default_power_limit_w": 700.0, "sm_app_clock_mhz": 1980,
+        "memory_app_clock_mhz": 3201, "sm_default_app_clock_mhz": 1980,
+        "memory_default_app_clock_mhz": 3201, "sm_max_clock_mhz": 1980,
+        "memory_max_clock_mhz": 3201,
+        "clock_event_reasons": ["gpu_idle", "applications_clocks_setting"],
+        "ecc_enabled": True, "ecc_pending": True, "mig_enabled": False, "mig_pending": True,
+        "persistence_mode": True, "pcie_gen": 5, "pcie_max_gen": 5, "pcie_width": 8,
+        "pcie_max_width": 16, "topology": "\tGPU0\nGPU0\t X \n"}
+    assert list(settings) == ["reason", *telemetry.SETTINGS_FIELDS]
+    _validates_as_a_rank({"gpu_settings": settings})
+
+
+def test_a_setting_nvml_does_not_answer_is_null_not_a_failure():
+    """A GeForce has no ECC, a PCIe-less SXM board may refuse the link getters, an older
+    pynvml lacks MIG: each such field is null and the rest stand."""
+    nvml = fake_settings_nvml(unsupported=("nvmlDeviceGetEccMode",
+                                           "nvmlDeviceGetCurrPcieLinkGeneration",
+                                           "nvmlDeviceGetPowerManagementLimit"))
+    del nvml.nvmlDeviceGetMigMode
+    settings = telemetry.settings_of(nvml, "gpu0")
+    assert settings["ecc_enabled"] is None and settings["ecc_pending"] is None
+    assert settings["mig_enabled"] is None and settings["pcie_gen"] is None
+    assert settings["power_limit_w"] is None and settings["enforced_power_limit_w"] == 650.0
+    assert settings["topology"] is None and settings["pcie_max_width"] == 16
+    _validates_as_a_rank({"gpu_settings": settings})
+
+
+def test_settings_are_null_on_cpu_and_say_why_without_nvml(monkeypatch):
+    assert telemetry.gpu_settings(types.SimpleNamespace(type="cpu")) is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    missing = telemetry.gpu_settings(cuda)
+    assert missing["reason"] == "pynvml (nvidia-ml-py) is not installed"
+    assert all(missing[name] is None for name in telemetry.SETTINGS_FIELDS)
+    assert telemetry.driver_version(cuda) is None
+    _validates_as_a_rank({"gpu_settings": missing})
+
+
+def test_a_long_topology_matrix_is_cut_to_what_the_schema_takes():
+    settings = telemetry.settings_of(fake_settings_nvml(), "gpu0", "GPU0\tX\n" * 10_000)
+    assert len(settings["topology"]) == telemetry.TOPOLOGY_CHARS
+    _validates_as_a_rank({"gpu_settings": settings})
+
+
+def test_each_rank_records_its_versions_and_settings(monkeypatch):
+    """rank_info on a GPU rank (NVML and nvidia-smi faked): its torch, CUDA, NCCL, the
+    driver NVML reports, its GPU's settings, and the host's topology on local rank 0 only."""
+    import torch
+
+    from bench.rank import environment
+
+    nvml = fake_settings_nvml()
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: nvml)
+    monkeypatch.setattr(telemetry, "_handle", lambda nvml, device: "gpu0")
+    monkeypatch.setattr(environment, "device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(environment, "topology_matrix", lambda: "\tGPU0\tNIC0\nGPU0\t X \tSYS\n")
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    first = environment.rank_info(types.SimpleNamespace(rank=0, local_rank=0, node_rank=0,
+                                                        device=cuda))
+    second = environment.rank_info(types.SimpleNamespace(rank=1, local_rank=1, node_rank=0,
+                                                         device=cuda))
+    assert first["torch"] == torch.__version__ and first["cuda"] == torch.version.cuda
+    assert first["driver"] == "580.159.04" and first["device"] == "NVIDIA H200"
+    assert first["gpu_settings"]["power_limit_w"] == 700.0
+    assert first["gpu_settings"]["topology"].startswith("\tGPU0")
+    assert second["gpu_settings"]["topology"] is None, "the node's matrix once"
+    _validates_as_a_rank(first)
+    cpu = environment.rank_info(types.SimpleNamespace(rank=0, local_rank=0, node_rank=0,
+                                                      device=torch.device("cpu")))
+    assert cpu["gpu_settings"] is None and cpu["driver"] is None
+    assert cpu["torch"] == torch.__version__
+    _validates_as_a_rank(cpu)

@@ -36,6 +36,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bench import record
 from bench.analysis import breakdown, predict, transport
 from bench.analysis.compare import difference_interval
 from bench.analysis.predict import LinkRange
@@ -476,9 +477,7 @@ def job_row(sweeps: list[dict], records: list[dict], nodes: int) -> Row:
     """The whole job against the prediction: the link as the job stage's all-reduce sweep
     measured it, the one-node runs' bucket timelines, and the N-node runs measured on the
     same link. A record that names a straggler adds its words to the reason."""
-    ok_sweeps = [s for s in sweeps if s.get("mode") == "allreduce" and s.get("status") == "ok"
-                 and (s.get("world_size") or 0) > 1 and s.get("sizes")
-                 and s["sizes"][-1]["busbw_GBps"] > 0]
+    ok_sweeps = record.link_sweeps(sweeps)
     many = [r for r in records if r.get("status") == "ok" and r.get("nnodes") == nodes]
     failed = [r for r in records if r.get("status") != "ok"]
     if failed:

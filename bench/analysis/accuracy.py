@@ -70,9 +70,7 @@ class Row:
 
 def sweeps_of(records: list[dict]) -> list[dict]:
     """The ok all-reduce sweeps over 2 or more ranks, one rank per node."""
-    return [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
-            and (r.get("world_size") or 0) > 1 and r.get("sizes")
-            and r["sizes"][-1]["busbw_GBps"] > 0]
+    return record.link_sweeps(records)
 
 
 def baseline_copies(records: list[dict], results: Path) -> list[dict]:

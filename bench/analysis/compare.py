@@ -26,7 +26,8 @@ from bench.analysis.table import FIELDS, metric_of, natural_order, parse_group_b
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 
-DEFAULT_MATCH = ("model", "data", "mode", "precision", "comm_hook", "batch", "topology")
+DEFAULT_MATCH = ("model", "data", "mode", "precision", "comm_hook", "strategy", "variant",
+                 "batch", "topology")
 
 
 def _cells(records: list[dict], match: tuple[str, ...]) -> dict[tuple, list[dict]]:

@@ -32,7 +32,7 @@ from bench.options import ConfigError
 from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, write_output
 from bench.topology import Topology
 
-WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook")
+WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook", "strategy", "variant")
 MATPLOTLIB_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "matplotlib"
 
 
@@ -181,8 +181,9 @@ def charts(results: Path, out_dir: Path | None = None,
         fig.colorbar(image, ax=ax, label=name)
         made.append((Path(f"{stem}-heatmap.png"), _png(fig)))
     made += breakdown_charts(training, out_dir, results.stem)
+    # A one-rank sweep has no bandwidth (null; 0 in records from before): not drawn.
     sweeps = [r for r in records if r.get("mode") == "allreduce" and r.get("status") == "ok"
-              and r.get("sizes")]
+              and (r.get("world_size") or 0) > 1 and _busbw_points(r)]
     if sweeps:
         made.append(plot_busbw(sweeps, out_dir / f"{results.stem}-allreduce-busbw.png"))
     return made
@@ -268,6 +269,12 @@ def _stacked(plt, bars: list[breakdown.Bar], parts: list[str], title: str,
     return fig
 
 
+def _busbw_points(rec: dict) -> list[tuple[int, float]]:
+    """(message size, busbw GB/s) of each size that has a busbw."""
+    return [(row["size_bytes"], row["busbw_GBps"]) for row in rec.get("sizes") or []
+            if row.get("busbw_GBps") is not None]
+
+
 def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:
     """busbw against message size, one line per sweep, with each emulated link's rate."""
     plt = pyplot()
@@ -278,8 +285,9 @@ def plot_busbw(sweeps: list[dict], path: Path) -> tuple[Path, bytes]:
         link = (rec.get("env") or {}).get("link")
         label = f"{rec['nnodes']}x{rec['nproc_per_node']} {rec['backend']}" + \
             (f" @ {link['rate']}" if link else "")
-        ax.plot([row["size_bytes"] for row in rec["sizes"]],
-                [row["busbw_GBps"] * 8 for row in rec["sizes"]], marker=".", label=label)
+        points = _busbw_points(rec)
+        ax.plot([size for size, _ in points], [busbw * 8 for _, busbw in points], marker=".",
+                label=label)
         if link:
             rates.add(link["rate_bps"])
     for rate in sorted(rates):

@@ -84,7 +84,7 @@ from bench.analysis.prediction import (
     predict_step,
     scaling,
 )
-from bench.analysis.table import parse_where, select
+from bench.analysis.table import FIELDS, parse_where, select
 from bench.config import HOOK_WIRE_DTYPE, OneLineErrorParser
 from bench.options import ConfigError
 from bench.topology import Topology, parse_positive_ints
@@ -106,10 +106,16 @@ def measured_rates(records: list[dict], link: Link) -> dict[tuple, list[float]]:
 
 
 def setup_key(rec: dict) -> tuple:
+    """What makes two records one setup: the model and its input size, the batch, gradient
+    accumulation, precision, processes per node, strategy, and compiled or eager with its
+    memory format (``table.variant``: a compiled run's bucket timeline is not the eager
+    run's), then the comm hook last (the compression lever compares setups that differ in
+    it alone)."""
     cfg = rec.get("config", {})
     key = (cfg.get("model", {}).get("model"), cfg.get("model", {}).get("image_size"),
            rec.get("batch_size_per_device"), cfg.get("distributed", {}).get("grad_accum"),
-           cfg.get("precision", {}).get("precision"), rec.get("nproc_per_node"))
+           cfg.get("precision", {}).get("precision"), rec.get("nproc_per_node"),
+           FIELDS["strategy"](rec), FIELDS["variant"](rec))
     return (*key, rec.get("comm_hook"))
 
 
@@ -170,12 +176,22 @@ def host_stamped_gpu_timeline(rec: dict) -> bool:
     return on_gpu and stamped_by != "cuda_events"
 
 
+def eager_timeline_of_compiled_run(rec: dict) -> bool:
+    """Whether a compiled run's bucket timeline came from an eager program: a single
+    process's one-rank DDP probe wraps the bare model (records say ``compiled: false``;
+    records from before say nothing, and the gpu-h100 reference's compiled run had a 69.0
+    ms eager step against its compiled 45.6 ms). Predicting from it would scale the
+    compiled throughput by eager's overlap."""
+    compiled = ((rec.get("config") or {}).get("precision") or {}).get("compile")
+    return bool(compiled) and not (rec.get("bucket_timeline") or {}).get("compiled")
+
+
 def _predictable(rec: dict) -> bool:
     """Whether a (schema-valid) record has what the model needs: a bucket timeline with a
-    bucket, a positive step time, a throughput and a global batch."""
+    bucket, a positive step time, a throughput and a global batch, all of one program."""
     timeline = rec.get("bucket_timeline") or {}
     ready, sent = timeline.get("ready_s") or [], timeline.get("sent_bytes") or []
-    return not host_stamped_gpu_timeline(rec) \
+    return not host_stamped_gpu_timeline(rec) and not eager_timeline_of_compiled_run(rec) \
         and bool(ready) and len(ready) == len(sent) and timeline.get("step_s", 0) > 0 \
         and (rec.get("samples_per_s") or 0) > 0 and (rec.get("global_batch_size") or 0) > 0
 
@@ -350,10 +366,7 @@ def link_of(args: argparse.Namespace) -> LinkRange:
     same link); with --link too, that measurement moved to the nominal rate (the upgrade a
     lab plans, from the link it has); --link alone: nominal."""
     if args.link_from:
-        sweeps = [r for r in record.load(args.link_from, "--link-from")
-                  if r.get("mode") == "allreduce" and r.get("status") == "ok"
-                  and (r.get("world_size") or 0) > 1 and r.get("sizes")
-                  and r["sizes"][-1]["busbw_GBps"] > 0]
+        sweeps = record.link_sweeps(record.load(args.link_from, "--link-from"))
         if not sweeps:
             raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
                               "over 2 or more ranks: run bench allreduce on the link first")
@@ -423,7 +436,7 @@ def _link_band_lines(links: LinkRange) -> list[str]:
 def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
     rec = median_repeat(recs)
     timeline = Timeline.of(rec)
-    model, size, batch, accum, precision, procs, hook = key
+    model, size, batch, accum, precision, procs, strategy, how, hook = key
     rates = [r["samples_per_s"] for r in recs]
     which = (f"the median of {len(recs)} ok repeats, which span "
              f"{min(rates):.1f}-{max(rates):.1f}" if len(recs) > 1 else "one ok repeat")
@@ -432,7 +445,7 @@ def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
     # (the median step of the median repeat's bucket timeline, under DDP, with the comm
     # hook's work).
     return [f"## {model} {size}px, batch {batch}/device x {procs} per node, "
-            f"grad-accum {accum}, {precision}, comm-hook {hook}",
+            f"grad-accum {accum}, {precision}, {how}, {strategy}, comm-hook {hook}",
             f"measured on 1 node: {statistics.median(rates):.1f} samples/s ({which}); the "
             f"prediction starts from the median repeat's bucket timeline: median step "
             f"{timeline.step_s * 1e3:.1f} ms ({rec['global_batch_size'] / timeline.step_s:.1f}"
@@ -519,6 +532,14 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
               "stamped by the host clock (when the CPU queued each bucket, not when the GPU "
               "had it ready), which hides the overlap; rerun them with this version, which "
               "stamps with CUDA events", file=sys.stderr)
+    eager = sum(1 for r in record.training(records) if r.get("status") == "ok"
+                and r.get("nnodes") == 1 and eager_timeline_of_compiled_run(r))
+    if eager:
+        print(f"{prog}: warning: {eager} compiled record(s) skipped: their bucket timeline "
+              "is an eager program's (a single process's DDP probe runs the model "
+              "uncompiled), so it cannot say how the compiled step overlaps; predict from "
+              "an eager run (only a compiled job over 2+ processes with a comm hook or FSDP "
+              "times its own steps' buckets)", file=sys.stderr)
     if not runs:
         print(f"{prog}: error: no ok single-node training record with a bucket timeline in "
               f"{', '.join(map(str, args.results))}: run the trainer on one node first "

@@ -34,8 +34,10 @@ from bench.analysis.acceptance import Row
 from bench.analysis.plot import BREAKDOWN_CAPTION, RANKS_CAPTION
 from bench.analysis.table import (
     DEFAULT_GROUP_BY,
+    FIELDS,
     NOT_SHOWN,
     any_breakdown,
+    any_steady,
     column_headers,
     device_of,
     group_tables,
@@ -78,11 +80,9 @@ def sweep_summary(records: list[dict]) -> list[str]:
     """Per node count of the ok all-reduce sweeps over 2+ ranks: the median busbw at the
     largest message, against the link's rate where the record knows it."""
     by_nodes: dict[tuple[int, int], list[dict]] = {}
-    for rec in records:
-        if rec.get("mode") == "allreduce" and rec.get("status") == "ok" \
-                and (rec.get("world_size") or 0) > 1 and rec.get("sizes"):
-            key = (rec.get("nnodes") or 1, rec["world_size"])
-            by_nodes.setdefault(key, []).append(rec)
+    for rec in record.link_sweeps(records):
+        key = (rec.get("nnodes") or 1, rec["world_size"])
+        by_nodes.setdefault(key, []).append(rec)
     lines = []
     for (nodes, ranks), sweeps in sorted(by_nodes.items()):
         busbw = statistics.median([s["sizes"][-1]["busbw_GBps"] for s in sweeps])
@@ -133,11 +133,13 @@ def _training_summary(records: list[dict]) -> list[str]:
 
 
 def _same_setup(a: dict, b: dict) -> bool:
-    """Same table as ``b``: everything but the topology alike."""
+    """Same table as ``b``: everything but the topology alike (the scaling table's group,
+    compiled or eager included)."""
     keys = ("batch_size_per_device", "mode", "comm_hook")
     return all(a.get(k) == b.get(k) for k in keys) and \
         a["config"]["model"] == b["config"]["model"] and \
-        a["config"]["data"]["data"] == b["config"]["data"]["data"]
+        a["config"]["data"]["data"] == b["config"]["data"]["data"] and \
+        all(FIELDS[f](a) == FIELDS[f](b) for f in DEFAULT_GROUP_BY)
 
 
 def provenance(records: list[dict]) -> list[tuple[str, str]]:
@@ -149,19 +151,108 @@ def provenance(records: list[dict]) -> list[tuple[str, str]]:
     env = [r.get("env") or {} for r in records]
     return [
         ("image", distinct(lambda r: (r.get("env") or {}).get("image_digest"))),
-        ("git commit", distinct(lambda r: (r.get("env") or {}).get("git_commit"))),
+        ("git commit", distinct(lambda r: git_tree(r.get("env") or {}))),
         ("torch", distinct(lambda r: (r.get("env") or {}).get("torch"))),
         ("CUDA / NCCL", distinct(lambda r: "/".join(
             str((r.get("env") or {}).get(k)) for k in ("cuda", "nccl")))),
         ("devices", distinct(lambda r: ", ".join(sorted({str(x.get("device"))
                                                          for x in (r.get("env") or {})
                                                          .get("ranks", [])})))),
+        ("rank versions", rank_versions_row(records)),
+        ("GPU settings", distinct(gpu_settings_text)),
         ("hosts", ", ".join(sorted({h for e in env for h in e.get("hostnames", [])})) or "-"),
         ("cpu", distinct(lambda r: (r.get("env") or {}).get("cpu_model"))),
         ("link", distinct(lambda r: ((r.get("env") or {}).get("link") or {}).get("rate"))),
         ("launcher", distinct(lambda r: (r.get("matrix") or {}).get("launcher"))),
         ("runs", f"{len(records)} ({sum(r.get('status') == 'ok' for r in records)} ok)"),
     ]
+
+
+# What every rank of a job should share, from its env.ranks entry: its versions, and the
+# settings of its GPU that change what it measures.
+RANK_VERSIONS = ("torch", "cuda", "nccl", "driver")
+RANK_SETTINGS = {"power limit W": "enforced_power_limit_w",
+                 "SM applications clock MHz": "sm_app_clock_mhz", "ECC": "ecc_enabled",
+                 "MIG": "mig_enabled"}
+SHOWN_RANKS = 4
+
+
+def _ranks_of(rec: dict) -> list[dict]:
+    ranks = (rec.get("env") or {}).get("ranks")
+    return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+
+
+def _rank_list(ranks: list) -> str:
+    shown = ", ".join(str(r) for r in ranks[:SHOWN_RANKS])
+    more = f" and {len(ranks) - SHOWN_RANKS} more" if len(ranks) > SHOWN_RANKS else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}{more}"
+
+
+def rank_disagreement(rec: dict) -> str | None:
+    """What a job's ranks disagree on, in one line ("torch 2.11.0 on rank 0, 2.14.1 on rank
+    1"): the versions each rank recorded (env.ranks[i]; the env block's own are rank 0's)
+    and its GPU's power limit, applications clock, ECC and MIG. None where they agree or
+    the record has no per-rank versions (records from before)."""
+    ranks = _ranks_of(rec)
+    fields = [(name, lambda r, name=name: r.get(name)) for name in RANK_VERSIONS] + \
+        [(label, lambda r, key=key: (r.get("gpu_settings") or {}).get(key))
+         for label, key in RANK_SETTINGS.items()]
+    parts = []
+    for label, get in fields:
+        seen: dict[str, list] = {}
+        for rank in ranks:
+            if (value := get(rank)) is not None:
+                seen.setdefault(str(value), []).append(rank.get("rank"))
+        if len(seen) > 1:
+            parts.append(f"{label} " + ", ".join(f"{value} on {_rank_list(at)}"
+                                                 for value, at in sorted(seen.items())))
+    return "; ".join(parts) or None
+
+
+def rank_versions_row(records: list[dict]) -> str:
+    """The provenance block's line on the ranks: the first job whose ranks disagree (and
+    how many do), else whether every job recorded its ranks' versions alike."""
+    split = [(rec, why) for rec in records if (why := rank_disagreement(rec))]
+    if split:
+        rec, why = split[0]
+        return (f"ranks disagree in {len(split)} run(s); {rec.get('run_id')}: {why}")
+    if any(r.get(name) is not None for rec in records for r in _ranks_of(rec)
+           for name in RANK_VERSIONS):
+        return "every run's ranks agree"
+    return "-"
+
+
+def gpu_settings_text(rec: dict) -> str | None:
+    """Rank 0's GPU settings in a few words: power limit, applications clock, ECC, MIG,
+    PCIe link; None on CPU or where NVML gave none."""
+    ranks = _ranks_of(rec)
+    settings = ranks[0].get("gpu_settings") if ranks else None
+    if not isinstance(settings, dict):
+        return None
+
+    def flag(name: str, key: str) -> str | None:
+        value = settings.get(key)
+        return None if value is None else f"{name} {'on' if value else 'off'}"
+
+    limit, clock = settings.get("enforced_power_limit_w"), settings.get("sm_app_clock_mhz")
+    gen, width = settings.get("pcie_max_gen"), settings.get("pcie_max_width")
+    words = [f"{limit:.0f} W limit" if limit is not None else None,
+             f"SM app clock {clock} MHz" if clock is not None else None,
+             flag("ECC", "ecc_enabled"), flag("MIG", "mig_enabled"),
+             f"PCIe gen {gen} x{width}" if gen is not None and width is not None else None]
+    return ", ".join(w for w in words if w) or None
+
+
+def git_tree(env: dict) -> str | None:
+    """The tree a record ran: its commit, +dirty where tracked files differed, and the
+    first 12 digits of the uncommitted change's sha256 where the record has it (two dirty
+    trees of one commit are different trees)."""
+    commit = env.get("git_commit")
+    if not commit:
+        return None
+    diff = env.get("git_diff_sha256")
+    return f"{commit}{'+dirty' if env.get('git_dirty') else ''}" + \
+        (f" (diff {diff[:12]})" if diff else "")
 
 
 def communication(records: list[dict]) -> list[list[str]]:
@@ -318,7 +409,7 @@ def to_html(results: Path, records: list[dict], prediction: str | None = None,
         slowest = any_breakdown(training)
         for key, rows, metric, cpu, note in group_tables(training, DEFAULT_GROUP_BY):
             title = " | ".join(f"{f} {v}" for f, v in zip(DEFAULT_GROUP_BY, key, strict=True))
-            headers = column_headers(metric, cpu, slowest)
+            headers = column_headers(metric, cpu, slowest, steady=any_steady(training))
             body += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
                      tabulate(rows, headers=headers, tablefmt="html", disable_numparse=True)]
         body += ["<h2>Communication</h2>",

@@ -35,6 +35,16 @@ def _cfg(section: str, key: str) -> Callable[[dict], object]:
     return lambda r: r.get("config", {}).get(section, {}).get(key)
 
 
+def variant(rec: dict) -> str:
+    """How the model ran: ``eager`` or ``compiled`` (torch.compile), with
+    ``+channels-last`` where it used that memory format (records without the settings ran
+    eager, channels-first)."""
+    precision = (rec.get("config") or {}).get("precision") or {}
+    precision = precision if isinstance(precision, dict) else {}
+    return ("compiled" if precision.get("compile") else "eager") + \
+        ("+channels-last" if precision.get("channels_last") else "")
+
+
 # The vocabulary of --group-by and --where: one extractor per field.
 FIELDS: dict[str, Callable[[dict], object]] = {
     "batch": lambda r: r.get("batch_size_per_device"),
@@ -46,6 +56,9 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "comm_hook": lambda r: r.get("comm_hook"),
     # Records from before --strategy existed were all DDP.
     "strategy": lambda r: r.get("strategy") or _cfg("distributed", "strategy")(r) or "ddp",
+    # Compiled or eager, channels-last or not: a compiled run's figures and bucket timeline
+    # are another program's than the eager run's, so no table or prediction mixes them.
+    "variant": variant,
     "grad_accum": _cfg("distributed", "grad_accum"),
     "topology": lambda r: str(Topology.of_record(r)),
     "nodes": lambda r: r.get("nnodes"),
@@ -55,7 +68,7 @@ FIELDS: dict[str, Callable[[dict], object]] = {
     "device": lambda r: ((r.get("env") or {}).get("ranks") or [{}])[0].get("device"),
 }
 DEFAULT_GROUP_BY = ("batch", "model", "data", "mode", "precision", "backend", "comm_hook",
-                    "strategy")
+                    "strategy", "variant")
 # --format: tabulate's name for each table format, and csv (written by the csv module).
 TABULATE_FORMATS = {"markdown": "pipe", "github": "github", "latex": "latex"}
 FORMATS = (*TABULATE_FORMATS, "csv")
@@ -66,15 +79,33 @@ HEADERS = ("setup", "GPUs", "nodes", "batch/GPU", "global batch", "{metric}", "s
 # After the status, where some record carries issue 26's step breakdown: the rank that held
 # the others up (breakdown.table_cell). Tables of older records keep their columns.
 SLOWEST_HEADER = "slowest rank"
+# After the metric, where some --epochs record trained 2+ epochs: samples/s over the epochs
+# after the first (whose first steps are un-warmed), ``samples_per_s_steady``.
+STEADY_HEADER = "steady samples/s"
+METRIC_COLUMN = HEADERS.index("{metric}")
 
 
-def column_headers(metric: str, cpu: bool, slowest: bool,
-                   extra: tuple[str, ...] = ()) -> list[str]:
-    """A table's column names: HEADERS with the metric's, the slowest-rank column where
-    ``slowest``, then the ``extra`` columns; CPU tables count processes, not GPUs."""
+def column_headers(metric: str, cpu: bool, slowest: bool, extra: tuple[str, ...] = (),
+                   steady: bool = False) -> list[str]:
+    """A table's column names: HEADERS with the metric's (followed by the steady-state
+    column where ``steady``), the slowest-rank column where ``slowest``, then the
+    ``extra`` columns; CPU tables count processes, not GPUs."""
     names = [h.format(metric=metric) for h in HEADERS] + [SLOWEST_HEADER] * slowest + \
         list(extra)
+    if steady:
+        names.insert(METRIC_COLUMN + 1, STEADY_HEADER)
     return [CPU_HEADERS.get(h, h) for h in names] if cpu else names
+
+
+def any_steady(records: list[dict]) -> bool:
+    """Whether the steady-state column is shown: some record has ``samples_per_s_steady``."""
+    return any(r.get("samples_per_s_steady") is not None for r in records)
+
+
+def _steady(cell: list[dict]) -> str:
+    values = [v for r in cell if r.get("status") == "ok"
+              and (v := r.get("samples_per_s_steady")) is not None]
+    return _median_range(values, 1) or "n/a"
 
 
 def any_breakdown(records: list[dict]) -> bool:
@@ -222,7 +253,7 @@ def group_tables(records: list[dict], group_by: tuple[str, ...],
     """One GroupTable per group, rows already formatted (the numbers as strings); the
     slowest-rank column follows the status where ``any_breakdown(records)``, then
     ``columns`` adds EXTRA_COLUMNS."""
-    slowest = any_breakdown(records)
+    slowest, steady = any_breakdown(records), any_steady(records)
     groups: dict[tuple, dict[Topology, list[dict]]] = {}
     for rec in records:
         key = tuple(FIELDS[f](rec) for f in group_by)
@@ -260,7 +291,8 @@ def group_tables(records: list[dict], group_by: tuple[str, ...],
                                  if r.get("global_batch_size")), "")
             rows.append([setup_label(topology, cpu), topology.devices, topology.nodes,
                          cell[0].get("batch_size_per_device", ""), global_batch,
-                         _median_range(measured, 1 if higher_better else 2), speedup,
+                         _median_range(measured, 1 if higher_better else 2),
+                         *[_steady(cell)] * steady, speedup,
                          efficiency, f"{statistics.median(grads) / 1e6:.1f}" if grads else "",
                          _status(cell), *[breakdown.table_cell(cell)] * slowest,
                          *[_extra(cell, c) for c in columns]])
@@ -289,11 +321,12 @@ def render(records: list[dict], fmt: str = "markdown",
            group_by: tuple[str, ...] = DEFAULT_GROUP_BY, columns: tuple[str, ...] = ()) -> str:
     tables = group_tables(records, group_by, columns)
     extra = tuple(EXTRA_COLUMNS[c][0] for c in columns)
-    slowest = any_breakdown(records)
+    slowest, steady = any_breakdown(records), any_steady(records)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([*group_by, "metric", *column_headers("value", False, slowest, extra)])
+        writer.writerow([*group_by, "metric",
+                         *column_headers("value", False, slowest, extra, steady)])
         for key, rows, metric, _, _ in tables:
             for row in rows:
                 writer.writerow([*key, metric, *row])
@@ -305,7 +338,7 @@ def render(records: list[dict], fmt: str = "markdown",
         title = " | ".join(f"{f} {shown(v)}" for f, v in zip(group_by, key, strict=True))
         title += f"\n\n{shown(note)}" if note else ""
         cells = [[shown(cell) for cell in row] for row in rows]
-        headers = column_headers(metric, cpu, slowest, extra)
+        headers = column_headers(metric, cpu, slowest, extra, steady)
         parts.append(f"{title}\n\n" + tabulate(cells, headers=headers,
                                                 tablefmt=TABULATE_FORMATS[fmt],
                                                 disable_numparse=True))

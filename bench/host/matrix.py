@@ -32,6 +32,7 @@ from pathlib import Path
 from bench import record
 from bench.accept_config import AcceptConfig
 from bench.allreduce_config import AllreduceConfig
+from bench.allreduce_config import headline as allreduce_headline
 from bench.analysis import breakdown, report
 from bench.catalog import MODEL_NAMES
 from bench.config import (
@@ -365,11 +366,11 @@ def launch_overhead(rec: dict, launched: float, recorded: float) -> dict:
 
 def _headline(rec: dict) -> str:
     if rec.get("mode") == "allreduce":
-        return f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s"
+        return allreduce_headline(rec)
     if rec.get("mode") == "accept":
         return (f"{len(rec['devices'])} device(s), {len(rec['links'])} link pair(s), "
                 f"{len(rec['data'])} data path(s) measured")
-    return f"{rec['samples_per_s']:.1f} samples/s"
+    return record.training_headline(rec)
 
 
 def straggler_words(rec: dict) -> str:

@@ -235,7 +235,7 @@ def device_stage(cfg: AcceptConfig, ctx: DistContext) -> list[dict]:
     figures["training"] = train_figure(cfg, ctx)
     note = gpu_note(ctx.device) if ctx.device.type == "cuda" else \
         cpu_note(before, cgroup_cpu(), cpu_usage(), since)
-    mine = {**environment.rank_info(ctx), "figures": figures, "note": note}
+    mine = {**environment.rank_identity(ctx), "figures": figures, "note": note}
     return all_gather_objects(ctx, mine)
 
 

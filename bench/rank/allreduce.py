@@ -32,6 +32,7 @@ from bench.allreduce_config import (  # noqa: F401  (the sweep's config, re-expo
     AllreduceConfig,
     bandwidths,
     bus_factor,
+    headline,
     message_sizes,
     skeleton,
 )
@@ -152,17 +153,25 @@ HEADER = f"{'size':>10} {'count':>12} {'time (us)':>12} {'algbw GB/s':>11} " \
          f"{'busbw GB/s':>11} {'busbw Gbit/s':>13} {'#wrong':>7}"
 
 
+def _figure(value: float | None, width: int, scale: float = 1.0) -> str:
+    """A bandwidth cell: n/a where there is none (one rank)."""
+    return f"{'n/a':>{width}}" if value is None else f"{value * scale:>{width}.3f}"
+
+
 def _row_text(row: dict) -> str:
     wrong = "n/a" if row["wrong"] is None else str(row["wrong"])
     return (f"{format_size(row['size_bytes']):>10} {row['count']:>12} "
-            f"{row['time_s'] * 1e6:>12.1f} {row['algbw_GBps']:>11.3f} "
-            f"{row['busbw_GBps']:>11.3f} {row['busbw_GBps'] * 8:>13.3f} {wrong:>7}")
+            f"{row['time_s'] * 1e6:>12.1f} {_figure(row['algbw_GBps'], 11)} "
+            f"{_figure(row['busbw_GBps'], 11)} {_figure(row['busbw_GBps'], 13, 8)} "
+            f"{wrong:>7}")
 
 
 def summarize(rows: list[dict]) -> dict:
-    """The figures a table needs without the whole curve."""
+    """The figures a table needs without the whole curve; the bandwidths null where the
+    rows have none (one rank)."""
     largest = rows[-1] if rows else None
-    return {"busbw_peak_GBps": max((r["busbw_GBps"] for r in rows), default=None),
+    return {"busbw_peak_GBps": max((r["busbw_GBps"] for r in rows
+                                    if r["busbw_GBps"] is not None), default=None),
             "busbw_largest_GBps": largest["busbw_GBps"] if largest else None,
             "largest_size_bytes": largest["size_bytes"] if largest else None}
 
@@ -174,8 +183,9 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
         if ctx.is_leader:
             print(f"[bench] all-reduce over {ctx.world_size} rank(s), {cfg.backend}, "
                   f"{cfg.dtype}, {format_size(cfg.sizes[0])} to {format_size(cfg.sizes[-1])}"
-                  + ("" if ctx.is_distributed else "; one rank: nothing crosses a link, "
-                     "busbw is 0 by definition"), file=sys.stderr)
+                  + ("" if ctx.world_size > 1 else "; one rank: nothing crosses a link, "
+                     "so there is no bandwidth (n/a): this checks the results only"),
+                  file=sys.stderr)
             print(HEADER, file=sys.stderr, flush=True)
         rec["sizes"] = sweep(cfg, ctx, collective)
         rec.update(summarize(rec["sizes"]))
@@ -183,7 +193,7 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
     return job.run(PROG, skeleton(cfg), cfg.results,
                    DistributedConfig(device=cfg.device, backend=cfg.backend,
                                      timeout=cfg.timeout),
-                   measure, lambda rec: f"busbw up to {rec['busbw_peak_GBps']:.3f} GB/s")
+                   measure, headline)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from bench.provenance import _run, cpu_model, environment, no_rank
+from bench.rank import telemetry
 from bench.rank.distributed import DistContext, all_gather_objects
 
 
@@ -22,10 +23,38 @@ def device_name(device: torch.device) -> str:
     return cpu_model()
 
 
-def rank_info(ctx: DistContext) -> dict:
-    """What each rank reports about itself; gathered from all ranks into the record."""
+def rank_identity(ctx: DistContext) -> dict:
+    """Which rank this is, on which host and device."""
     return {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
             "hostname": socket.gethostname(), "device": device_name(ctx.device)}
+
+
+def rank_versions(device: torch.device) -> dict:
+    """The torch, CUDA and NCCL this rank loaded, and its GPU's driver where NVML answers:
+    the env block's own versions are rank 0's, and a job whose ranks disagree is flagged
+    by the report (``bench.analysis.report.rank_disagreement``)."""
+    nccl = None
+    if torch.cuda.is_available():
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+            "driver": telemetry.driver_version(device)}
+
+
+def topology_matrix() -> str | None:
+    """``nvidia-smi topo -m``: how this host's GPUs, NICs and CPUs connect (NVLink, PCIe
+    switch, host bridge, socket); None where nvidia-smi is absent or fails."""
+    return _run(["nvidia-smi", "topo", "-m"])
+
+
+def rank_info(ctx: DistContext) -> dict:
+    """What each rank reports about itself, gathered from all ranks into the record: who
+    and where it is, its versions, and its GPU's settings (null on CPU; the host's
+    ``nvidia-smi topo -m`` on each node's local rank 0 only)."""
+    topology = topology_matrix() if ctx.device.type == "cuda" and ctx.local_rank == 0 \
+        else None
+    return {**rank_identity(ctx), **rank_versions(ctx.device),
+            "gpu_settings": telemetry.gpu_settings(ctx.device, topology)}
 
 
 def torchvision_version() -> str:

@@ -125,6 +125,11 @@ class LoopResult:
     timed_seconds: float = 0.0       # steps mode: the timed steps; epochs: all epochs + evals
     train_seconds: float = 0.0       # time inside training steps only
     epochs: list[dict] = dataclasses.field(default_factory=list)
+    # Epochs mode: the steps and step time of the first epoch, whose first steps run
+    # un-warmed (allocator, cuDNN autotuning, the loader's start): the steady state is the
+    # rest (``samples_per_s_steady``).
+    first_epoch_steps: int = 0
+    first_epoch_seconds: float = 0.0
     time_to_target: float | None = None
     eval_loss: float | None = None
     eval_accuracy: float | None = None
@@ -279,6 +284,9 @@ def run_epochs(trainer: Trainer, eval_model: nn.Module, data: DataBundle, ctx: D
         _timed_steps(trainer, iter(data.train), steps_per_epoch, clock, result, progress,
                      f"epoch {epoch + 1}/{cfg.epochs} step", observer, parts)
         train_end = clock.now()
+        if epoch == 0:
+            result.first_epoch_steps = len(result.step_times)
+            result.first_epoch_seconds = result.train_seconds
         loss, accuracy = evaluate(eval_model, data, ctx, trainer.precision)
         end = clock.now()
         result.epochs.append({"epoch": epoch + 1, "train_s": train_end - epoch_start,

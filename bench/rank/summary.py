@@ -41,6 +41,7 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
         "timed_steps": steps,
         "samples_per_s": global_rate,
         "samples_per_s_per_device": per_device_rate,
+        "samples_per_s_steady": steady_rate(result, ctx, samples_per_step),
         "step_time_s": {"p50": percentile(result.step_times, 50),
                         "p90": percentile(result.step_times, 90),
                         "max": max(result.step_times, default=None),
@@ -64,6 +65,18 @@ def figures(result: LoopResult, ctx: DistContext, *, samples_per_step: int,
         "device_peak_tflops": peak,
         "mfu": achieved / peak if achieved and peak else None,
     }
+
+
+def steady_rate(result: LoopResult, ctx: DistContext, samples_per_step: int) -> float | None:
+    """Epochs mode: samples/s over the epochs after the first (whose first steps are
+    un-warmed), the slowest rank's time; None with one epoch and in steps mode (its warm-up
+    steps are already left out). A collective where there are 2+ epochs (every rank has
+    as many)."""
+    if len(result.epochs) < 2:
+        return None
+    seconds = max_across_ranks(ctx, result.train_seconds - result.first_epoch_seconds)
+    steps = len(result.step_times) - result.first_epoch_steps
+    return steps * samples_per_step / seconds if steps > 0 and seconds > 0 else None
 
 
 def communication(result: LoopResult, ctx: DistContext, grad_bytes_per_step: float | None) -> dict:

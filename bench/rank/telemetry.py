@@ -157,6 +157,130 @@ def _handle(nvml, device):
     return nvml.nvmlDeviceGetHandleByIndex(device.index or 0)
 
 
+# --- the GPU's own settings, once per rank: env.ranks[i].gpu_settings ---------------------
+
+# The matrix of ``nvidia-smi topo -m`` is kept up to this many characters (a 16-GPU host
+# with its NICs prints about 4,000).
+TOPOLOGY_CHARS = 16384
+
+
+def _ask(nvml, name: str, *args):
+    """One NVML getter's answer, or None where this GPU, driver or pynvml lacks it (NVML's
+    Not Supported, No Permission; an older pynvml without the function)."""
+    getter = getattr(nvml, name, None)
+    if getter is None:
+        return None
+    try:
+        return getter(*args)
+    except Exception:  # noqa: BLE001 - pynvml.NVMLError and its many subclasses
+        return None
+
+
+def _watts(milliwatts) -> float | None:
+    return None if milliwatts is None else float(milliwatts) / 1000.0
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def _pair(value) -> tuple[bool | None, bool | None]:
+    """(current, pending) of NVML's ECC and MIG modes: 1 is enabled."""
+    try:
+        current, pending = value
+    except (TypeError, ValueError):
+        return None, None
+    return bool(current), bool(pending)
+
+
+SETTINGS_FIELDS = ("power_limit_w", "enforced_power_limit_w", "default_power_limit_w",
+                   "sm_app_clock_mhz", "memory_app_clock_mhz", "sm_default_app_clock_mhz",
+                   "memory_default_app_clock_mhz", "sm_max_clock_mhz", "memory_max_clock_mhz",
+                   "clock_event_reasons", "ecc_enabled", "ecc_pending", "mig_enabled",
+                   "mig_pending", "persistence_mode", "pcie_gen", "pcie_max_gen",
+                   "pcie_width", "pcie_max_width", "topology")
+
+
+def settings_of(nvml, handle, topology: str | None = None) -> dict:
+    """What this GPU is set to, each field null where NVML does not answer it: the power
+    limit (the configured one, the enforced one and the default), the applications clocks
+    (configured and default) beside the maximum, the clock event reasons at this moment
+    (clocks held by the applications-clocks setting or ``nvidia-smi -lgc`` read as
+    ``applications_clocks_setting``: NVML has no getter for locked clocks), ECC and MIG
+    modes (current and pending), persistence mode, the PCIe link's generation and width
+    (now and the most it can), and ``nvidia-smi topo -m`` where given."""
+    sm, memory = getattr(nvml, "NVML_CLOCK_SM", 1), getattr(nvml, "NVML_CLOCK_MEM", 2)
+    ecc, ecc_pending = _pair(_ask(nvml, "nvmlDeviceGetEccMode", handle))
+    mig, mig_pending = _pair(_ask(nvml, "nvmlDeviceGetMigMode", handle))
+    reasons = _ask(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if reasons is None:
+        reasons = _ask(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    persistence = _ask(nvml, "nvmlDeviceGetPersistenceMode", handle)
+    return {
+        "reason": None,
+        "power_limit_w": _watts(_ask(nvml, "nvmlDeviceGetPowerManagementLimit", handle)),
+        "enforced_power_limit_w": _watts(_ask(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)),
+        "default_power_limit_w": _watts(_ask(nvml, "nvmlDeviceGetPowerManagementDefaultLimit",
+                                             handle)),
+        "sm_app_clock_mhz": _int(_ask(nvml, "nvmlDeviceGetApplicationsClock", handle, sm)),
+        "memory_app_clock_mhz": _int(_ask(nvml, "nvmlDeviceGetApplicationsClock", handle,
+                                          memory)),
+        "sm_default_app_clock_mhz": _int(_ask(nvml, "nvmlDeviceGetDefaultApplicationsClock",
+                                              handle, sm)),
+        "memory_default_app_clock_mhz": _int(_ask(
+            nvml, "nvmlDeviceGetDefaultApplicationsClock", handle, memory)),
+        "sm_max_clock_mhz": _int(_ask(nvml, "nvmlDeviceGetMaxClockInfo", handle, sm)),
+        "memory_max_clock_mhz": _int(_ask(nvml, "nvmlDeviceGetMaxClockInfo", handle, memory)),
+        "clock_event_reasons": None if reasons is None else throttle_names(int(reasons)),
+        "ecc_enabled": ecc, "ecc_pending": ecc_pending,
+        "mig_enabled": mig, "mig_pending": mig_pending,
+        "persistence_mode": None if persistence is None else bool(persistence),
+        "pcie_gen": _int(_ask(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle)),
+        "pcie_max_gen": _int(_ask(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)),
+        "pcie_width": _int(_ask(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle)),
+        "pcie_max_width": _int(_ask(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)),
+        "topology": topology[:TOPOLOGY_CHARS] if topology else None,
+    }
+
+
+def no_settings(reason: str) -> dict:
+    """A GPU rank's settings where NVML gave none: every field null, and why."""
+    return {"reason": reason, **dict.fromkeys(SETTINGS_FIELDS)}
+
+
+def gpu_settings(device, topology: str | None = None, nvml=None) -> dict | None:
+    """This rank's GPU settings (``settings_of``); None for a CPU rank; every field null
+    with the reason where NVML is absent or does not know the GPU."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    try:
+        nvml = nvml or _load_nvml()
+    except ImportError:
+        return no_settings("pynvml (nvidia-ml-py) is not installed")
+    except Exception as error:  # pynvml.NVMLError: no driver, no permission
+        return no_settings(f"NVML did not start: {error}")
+    try:
+        handle = _handle(nvml, device)
+    except Exception as error:  # noqa: BLE001 - NVMLError: not this GPU
+        return no_settings(f"NVML does not know this GPU: {error}")
+    return settings_of(nvml, handle, topology)
+
+
+def driver_version(device, nvml=None) -> str | None:
+    """The driver this rank's GPU runs under, from NVML; None on CPU or where NVML is
+    absent."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    try:
+        nvml = nvml or _load_nvml()
+    except Exception:  # noqa: BLE001 - ImportError, NVMLError
+        return None
+    version = _ask(nvml, "nvmlSystemGetDriverVersion")
+    if isinstance(version, bytes):   # pynvml before 11.5 answered bytes
+        version = version.decode(errors="replace")
+    return str(version) if version else None
+
+
 def combine(per_rank: list[dict | None], reasons: list[str], samples_per_s: float,
             timed_samples: float) -> dict:
     """The job's telemetry from every rank's summary: medians of the ranks' medians, the

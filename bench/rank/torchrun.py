@@ -20,6 +20,7 @@ entrypoint) give none, and the store listens as torchrun's does.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import sys
 from typing import Any
@@ -28,6 +29,7 @@ from torch.distributed import TCPStore
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
+from bench import provenance
 from bench.rank import exiting
 
 
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         address = str(ipaddress.ip_address(args[1]))
         static_tcp_rendezvous.TCPStore = store_bound_to(address)
         args = args[2:]
+    # What torchrun adds is not the user's setting: the ranks' comm_env leaves it out.
+    provenance.mark_torchrun_defaults(os.environ)
     torchrun.main(args)
     # Every rank ended well and the agents met at their exit barrier: the job is over, and
     # the launcher waits only for this process. A failure raised above, and goes out as

@@ -267,6 +267,10 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
                                   "single" if single else "fsdp" if fsdp else "ddp",
                                   clock.stamped_by))
     rec["bucket_timeline"] = traffic.timeline()
+    if rec["bucket_timeline"] is not None:
+        # Observed in the timed steps, the timeline is the trained program's; from the
+        # probe, of the bare model under DDP, eager even where training was compiled.
+        rec["bucket_timeline"]["compiled"] = bool(cfg.precision.compile and observed)
     summary_here = sampler.summary() if sampler else None
     summaries = distributed.all_gather_objects(
         ctx, {"summary": summary_here,
@@ -282,7 +286,7 @@ def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
     return job.run(PROG, record.train_skeleton(cfg), cfg.output.results, cfg.distributed,
                    lambda ctx, rec: measure(cfg, ctx, rec),
-                   lambda rec: f"{rec['samples_per_s']:.1f} samples/s")
+                   record.training_headline)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
