@@ -376,8 +376,8 @@ def test_the_committed_reference_table_is_what_its_records_give():
 
 def test_the_script_writes_the_table(tmp_path):
     table = json.loads(REFERENCE_TABLE.read_text())
-    source = REFERENCE_TABLE.parents[2] / table["sources"][0]["file"]
-    out = subprocess.run([sys.executable, "scripts/device_reference.py", str(source)],
+    sources = sorted({str(REFERENCE_TABLE.parents[2] / s["file"]) for s in table["sources"]})
+    out = subprocess.run([sys.executable, "scripts/device_reference.py", *sources],
                          capture_output=True, text=True, cwd=REFERENCE_TABLE.parents[2],
                          check=True).stdout
     assert json.loads(out)["models"] == table["models"]
