@@ -82,7 +82,12 @@ def accept_clean(out, *launcher: str, env: dict | None = None) -> subprocess.Com
 def assert_clean_pass(proc: subprocess.CompletedProcess, out) -> None:
     """Exit 0, and a verdict with no FAIL: the preflight row, one set of device rows per
     node, the pair's link row and the job row; the table on failure, as a CI log shows it."""
-    context = f"rc={proc.returncode}\n{proc.stdout}\nstderr tail:\n{proc.stderr[-4000:]}"
+    # The load beside it too: other work on this machine takes CPU time the nodes are
+    # judged on, and the verdict rightly says so.
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    context = (f"rc={proc.returncode}\n{proc.stdout}\nstderr tail:\n{proc.stderr[-4000:]}\n"
+               f"load average (1, 5, 15 min) at the end: {load} on "
+               f"{len(os.sched_getaffinity(0))} CPUs")
     assert proc.returncode == 0, context
     assert (out / "accept.json").exists(), context
     rows = json.loads((out / "accept.json").read_text())["rows"]
