@@ -24,6 +24,12 @@
 #                              needed) with memory as a consumable: a job over its --mem is
 #                              killed and ends OUT_OF_MEMORY. Default 0: proctrack/linuxproc,
 #                              task/none, no memory limits, works in any VM or container.
+#   BENCH_SLURM_PIN=1          each slurmd held to its own CPU (taskset: node1 on the first
+#                              CPU this script may use, node2 on the second, where there
+#                              are two), which every job step it starts inherits: the two
+#                              nodes do not take each other's CPU time, as two machines would
+#                              not (what `bench accept` compares them on). Default 0: both
+#                              nodes share every CPU.
 #
 # Two nodes: two slurmd on loopback (`slurmd -N node1`, `slurmd -N node2`). Debian's build
 # is a multiple-slurmd one: slurm.conf has two NodeName lines with the same
@@ -66,6 +72,7 @@ DIR=${BENCH_SLURM_DIR:-/var/lib/bench-slurm}
 PORT=${BENCH_SLURM_PORT:-6817}
 START_TIMEOUT=${BENCH_SLURM_START_TIMEOUT:-60}
 CGROUP=${BENCH_SLURM_CGROUP:-0}
+PIN=${BENCH_SLURM_PIN:-0}
 CONF=$DIR/slurm.conf
 RUN=$DIR/run
 LOG=$DIR/log
@@ -83,6 +90,7 @@ case "$PORT" in ''|*[!0-9]*) die "BENCH_SLURM_PORT=$PORT: a port number" ;; esac
 case "$START_TIMEOUT" in ''|*[!0-9]*) die "BENCH_SLURM_START_TIMEOUT=$START_TIMEOUT: seconds" ;; esac
 case "$DIR" in /*) ;; *) die "BENCH_SLURM_DIR=$DIR: an absolute path" ;; esac
 case "$CGROUP" in 0|1) ;; *) die "BENCH_SLURM_CGROUP=$CGROUP: 0 or 1" ;; esac
+case "$PIN" in 0|1) ;; *) die "BENCH_SLURM_PIN=$PIN: 0 or 1" ;; esac
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -114,6 +122,21 @@ install_missing() {
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     $sudo systemctl disable --quiet slurmctld slurmd munge 2>/dev/null || true
   fi
+}
+
+cpu_list() {  # the CPUs this script may run on, one a line (Cpus_allowed_list: 0-3,8)
+  local part parts
+  IFS=, read -ra parts <<<"$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)"
+  for part in "${parts[@]}"; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}
+
+node_cpu() {  # BENCH_SLURM_PIN=1: the CPU of node $1 (0-based), else nothing
+  [ "$PIN" = 1 ] || return 0
+  local cpus
+  mapfile -t cpus < <(cpu_list)
+  echo "${cpus[$1 % ${#cpus[@]}]}"
 }
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -173,9 +196,12 @@ TaskPlugin=task/none
 SelectTypeParameters=CR_Core"
     rm -f "$DIR/cgroup.conf"
   fi
+  local pinned="every CPU, shared"
+  [ "$PIN" = 1 ] && pinned="node1 on CPU $(node_cpu 0), node2 on CPU $(node_cpu 1)"
   cat > "$CONF.new" <<EOF
 # Written by scripts/slurm-cluster.sh: two compute nodes on this machine, on loopback.
 # Rewritten by every start; daemons are restarted when it changes.
+# The slurmd's CPUs (BENCH_SLURM_PIN=$PIN): $pinned.
 ClusterName=bench
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$PORT
@@ -238,9 +264,12 @@ start() {
   if ! alive "$RUN/slurmctld.pid"; then
     env "$MARK" slurmctld -f "$CONF" </dev/null || die "slurmctld did not start: see $LOG/slurmctld.log"
   fi
-  for node in "${NODES[@]}"; do
+  local i pin node
+  for i in "${!NODES[@]}"; do
+    node=${NODES[$i]} pin=()
+    [ "$PIN" = 1 ] && pin=(taskset -c "$(node_cpu "$i")")
     if ! alive "$RUN/slurmd-$node.pid"; then
-      env "$MARK" slurmd -f "$CONF" -N "$node" </dev/null \
+      env "$MARK" "${pin[@]}" slurmd -f "$CONF" -N "$node" </dev/null \
         || die "slurmd -N $node did not start: see $LOG/slurmd-$node.log"
     fi
   done

@@ -207,41 +207,51 @@ def staged_fashion_mnist(tmp_path_factory, fashion_mnist_dir) -> Path:
 LOOPBACK_HOSTS = ["127.0.0.2", "127.0.0.3"]
 
 
-@pytest.fixture(scope="session")
-def loopback_sshd(tmp_path_factory):
-    """A real sshd on 127.0.0.2 and 127.0.0.3 standing for two hosts; yields an ssh_config.
-
-    Its keys, authorized_keys and known_hosts live in a temp dir, so the user's ~/.ssh is
-    not touched. The host keys are recorded with ssh-keyscan beforehand: the launcher never
-    accepts an unknown key.
-    """
+def _start_loopback_sshd(home: Path, pinned: bool) -> list[subprocess.Popen]:
+    """A real sshd on 127.0.0.2 and 127.0.0.3 standing for two hosts, with its keys,
+    authorized_keys, known_hosts and ssh_config in ``home`` (the user's ~/.ssh is not
+    touched); the started servers. The host keys are recorded with ssh-keyscan beforehand:
+    the launcher never accepts an unknown key. ``pinned``: one sshd per host, each held to
+    its own CPU (taskset), so everything a session on that host starts runs there: hosts
+    that do not share their CPUs, as a cluster's nodes do not."""
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     _require(Path(sshd).exists(), "openssh-server is not installed: `make test` installs it "
              "(make test-deps, i.e. scripts/install-host.sh test)")
-    home = tmp_path_factory.mktemp("sshd")
     for name in ("host_ed25519", "id_ed25519"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / name)],
                        check=True)
     (home / "authorized_keys").write_text((home / "id_ed25519.pub").read_text())
     port = free_port()
-    listen = "".join(f"ListenAddress {host}:{port}\n" for host in LOOPBACK_HOSTS)
-    (home / "sshd_config").write_text(
-        f"{listen}HostKey {home}/host_ed25519\nAuthorizedKeysFile {home}/authorized_keys\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        f"PermitRootLogin prohibit-password\nStrictModes no\nPidFile {home}/sshd.pid\n")
+    cpus = sorted(os.sched_getaffinity(0))
+    # (the hosts it listens on, the CPU it runs on; None: every CPU)
+    servers = [([host], cpus[i % len(cpus)]) for i, host in enumerate(LOOPBACK_HOSTS)] \
+        if pinned else [(LOOPBACK_HOSTS, None)]
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
-    server = subprocess.Popen([sshd, "-D", "-e", "-f", str(home / "sshd_config")],
-                              stderr=open(home / "sshd.log", "w"))
+    started = []
+    for n, (hosts, cpu) in enumerate(servers):
+        listen = "".join(f"ListenAddress {host}:{port}\n" for host in hosts)
+        (home / f"sshd_config{n}").write_text(
+            f"{listen}HostKey {home}/host_ed25519\nAuthorizedKeysFile {home}/authorized_keys\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+            f"PermitRootLogin prohibit-password\nStrictModes no\nPidFile {home}/sshd{n}.pid\n")
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        started.append(subprocess.Popen([*pin, sshd, "-D", "-e", "-f",
+                                         str(home / f"sshd_config{n}")],
+                                        stderr=open(home / f"sshd{n}.log", "w")))
     deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection((LOOPBACK_HOSTS[0], port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail(f"sshd did not start: {(home / 'sshd.log').read_text()[-1000:]}")
-            time.sleep(0.2)
+    for host in LOOPBACK_HOSTS:
+        while True:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or any(s.poll() is not None for s in started):
+                    for server in started:
+                        server.kill()
+                    logs = "".join((home / f"sshd{n}.log").read_text()[-1000:]
+                                   for n in range(len(servers)))
+                    pytest.fail(f"sshd did not start: {logs}")
+                time.sleep(0.2)
     scan = subprocess.run(["ssh-keyscan", "-p", str(port), *LOOPBACK_HOSTS],
                           capture_output=True, text=True, timeout=30)
     (home / "known_hosts").write_text(scan.stdout)
@@ -251,9 +261,34 @@ def loopback_sshd(tmp_path_factory):
     for name, known in (("ssh_config", "known_hosts"),
                         ("ssh_config_unknown_keys", "empty_known_hosts")):
         (home / name).write_text(f"{common}  UserKnownHostsFile {home}/{known}\n")
+    return started
+
+
+def _stop(servers: list[subprocess.Popen]) -> None:
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def loopback_sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.2 and 127.0.0.3 standing for two hosts that share this
+    machine's CPUs; yields the directory of its ssh_config (``_start_loopback_sshd``)."""
+    home = tmp_path_factory.mktemp("sshd")
+    servers = _start_loopback_sshd(home, pinned=False)
     yield home
-    server.terminate()
-    server.wait(timeout=10)
+    _stop(servers)
+
+
+@pytest.fixture(scope="session")
+def pinned_loopback_sshd(tmp_path_factory):
+    """The two loopback hosts, each on its own CPU (where this machine has two): what runs
+    on one does not take the other's CPU time, so they compare as two machines would."""
+    home = tmp_path_factory.mktemp("sshd-pinned")
+    servers = _start_loopback_sshd(home, pinned=True)
+    yield home
+    _stop(servers)
 
 
 # --- the real make ----------------------------------------------------------------------------

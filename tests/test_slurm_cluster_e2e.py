@@ -6,6 +6,7 @@ after it ends, TIMEOUT and CANCELLED, and a TCP connection between the two nodes
 the address a job's MASTER_ADDR gets."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -85,13 +86,14 @@ def _daemons(state_dir: str) -> list[str]:
     return sorted(found)
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """A started cluster of its own (state directory, ports); yields the environment that
-    points Slurm's commands at it; stopped, and its directory removed, at the end."""
+@contextlib.contextmanager
+def own_cluster(**settings: str):
+    """A started cluster of its own (state directory, ports; ``settings``: more of the
+    script's, e.g. BENCH_SLURM_PIN="1"); yields the environment that points Slurm's commands
+    at it; stopped, and its directory removed, at the end."""
     _require(os.geteuid() == 0, "the Slurm test cluster needs root (it installs and starts "
              "slurmctld, slurmd and munge)")
-    env = _new_cluster_env()
+    env = {**_new_cluster_env(), **settings}
     began = time.monotonic()
     started = _script(env, "start", timeout=900)
     if started.returncode != 0:
@@ -102,9 +104,18 @@ def cluster():
     line = _script(env, "env").stdout.strip()
     assert line.startswith("export SLURM_CONF=") and "\n" not in line, line
     env["SLURM_CONF"] = line.split("=", 1)[1]
-    yield env
-    _script(env, "stop")
-    shutil.rmtree(env["BENCH_SLURM_DIR"], ignore_errors=True)
+    try:
+        yield env
+    finally:
+        _script(env, "stop")
+        shutil.rmtree(env["BENCH_SLURM_DIR"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A started cluster of its own, its nodes sharing every CPU (``own_cluster``)."""
+    with own_cluster() as env:
+        yield env
 
 
 def _run(env, *cmd: str, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:
@@ -282,6 +293,31 @@ def test_the_second_nodes_task_reaches_the_first_on_master_addr(cluster, tmp_pat
     assert "first=node1 MASTER_ADDR=127.0.0.1" in out
     assert logs["node0.log"].strip() == f"node1 served node2 on 127.0.0.1:{port}"
     assert logs["node1.log"].strip() == f"node2 reached node1 on 127.0.0.1:{port}"
+
+
+def test_pinned_nodes_run_on_a_cpu_each(tmp_path):
+    """BENCH_SLURM_PIN=1: a cluster of its own whose slurmd each hold to a CPU, which their
+    tasks inherit: the two nodes do not share CPU time, as two machines would not."""
+    cpus = sorted(os.sched_getaffinity(0))
+    _require(len(cpus) >= 2, "two nodes on a CPU each need two CPUs")
+    with own_cluster(BENCH_SLURM_PIN="1") as env:
+        out = _run(env, "srun", "-N2", "-n2", "bash", "-c", "echo $SLURMD_NODENAME "
+                   "$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert sorted(out.stdout.splitlines()) == [f"node1 {cpus[0]}", f"node2 {cpus[1]}"]
+        conf = Path(env["SLURM_CONF"]).read_text()
+        assert f"(BENCH_SLURM_PIN=1): node1 on CPU {cpus[0]}, node2 on CPU {cpus[1]}." in conf
+
+
+def test_a_bad_pin_setting_is_refused_before_anything_starts():
+    env = {**_new_cluster_env(), "BENCH_SLURM_PIN": "yes"}
+    try:
+        out = _script(env, "start")
+        assert out.returncode == 1, out.stderr
+        assert "BENCH_SLURM_PIN=yes: 0 or 1" in out.stderr
+        assert _marked_pids(env["BENCH_SLURM_DIR"]) == []
+    finally:
+        shutil.rmtree(env["BENCH_SLURM_DIR"], ignore_errors=True)
 
 
 def test_with_cgroups_a_job_over_its_memory_ends_out_of_memory(tmp_path):
