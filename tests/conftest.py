@@ -38,11 +38,12 @@ FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
 # - `xdist_group("docker")`: the bench-* containers (every `bench_containers() == []`, and
 #   a test that docker-kills a bench-*node1 container), the NFS server's TCP 2049 on the
 #   host's network, and what `make bench-cpu` writes in the checkout (nfs/export, build/).
-# - `xdist_group("netlab")`: the emulated labs (lab_host checks that no lab namespace or
-#   cgroup of anyone's is left; netlab.clean removes those of dead owners).
-# - `xdist_group("slurm")`: test_slurm_e2e's cluster in the fixed /var/lib/bench-slurm
-#   (stopped by whichever worker started it) and the Slurm packages, which the first
-#   cluster start installs (one apt-get at a time).
+# - the emulated labs' tests (test_netlab_e2e, test_accept_e2e) are `serial` whole:
+#   lab_host checks that no lab namespace or cgroup of anyone's is left, and a first CI run
+#   under two workers found another test's live two-node lab there.
+# - the Slurm clusters' tests (test_slurm_e2e, test_slurm_cluster_e2e) are `serial` whole:
+#   test_slurm_e2e's cluster lives in the fixed /var/lib/bench-slurm, and under two workers
+#   its controller went unreachable and a two-node job hung to its 600 s limit.
 # Ports are not marked: matrices lease theirs (bench.host.ports), everything else takes a
 # free one (free_port). A --phase phase selects after -m and -k, so PYTEST_ADDOPTS keeps
 # its meaning.

@@ -19,9 +19,9 @@ from bench.host import netlab
 from tests.conftest import REPO, _require, assert_breakdown
 
 LINK_GBPS = 0.125   # 1 Gbit/s in GB/s
-# One worker for every lab (lab_host: no lab of anyone's is left); the tests that time a
-# link, a quota or a neighbour's start run alone, marked serial (tests/conftest.py, PHASES).
-pytestmark = pytest.mark.xdist_group("netlab")
+# Alone, every test: lab_host checks that no lab of anyone's is left, and several time a
+# link, a quota or a neighbour's start (tests/conftest.py, PHASES).
+pytestmark = pytest.mark.serial
 
 
 @pytest.fixture

@@ -127,6 +127,8 @@ SAMPLES = {
     "--cpus-per-node": ["1", "0", "x", "--1"],
     "--host-cpu-quota": ["0.5", "0.5,0.4", "0.25,0.5,0.5", "0", "nan", "2"],
     "--host-links": ["1gbit,100mbit", ",100mbit", "1gbit", ",,"],
+    "--nfs-export": [str(EXAMPLE_ENV.parent), "/no/such/dir", "/tmp/a,b", "-x"],
+    "--nfs-link": ["100mbit", "2mbit", "fast", "0"],
     "--partition": ["gpu", "bad name", "-x"],
     "--account": ["lab-1", "a;b"],
     "--time-limit": ["30", "1:00:00", "ten", "10\n"],

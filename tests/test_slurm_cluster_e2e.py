@@ -23,7 +23,7 @@ from conftest import REPO, _require, free_port
 
 # The same worker as test_slurm_e2e: one cluster start at a time, since the first one may
 # install Slurm (tests/conftest.py, PHASES).
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",

@@ -17,7 +17,7 @@ from conftest import REPO, _require, assert_breakdown
 CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 # One worker: the cluster in /var/lib/bench-slurm is stopped by whoever started it, and
 # its first start may install Slurm (tests/conftest.py, PHASES).
-pytestmark = pytest.mark.xdist_group("slurm")
+pytestmark = pytest.mark.serial
 
 
 @pytest.fixture(scope="module")
