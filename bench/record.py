@@ -479,6 +479,9 @@ def train_skeleton(cfg) -> dict:
         "config": cfg.to_dict(),
         "seed": cfg.schedule.seed,
         "comm_hook": cfg.distributed.comm_hook,
+        # Known from the start, so a row that ends before training (an OOM while building
+        # the model, a node lost at start) still says which strategy it was.
+        "strategy": cfg.distributed.strategy,
         "world_size": None,
         "batch_size_per_device": cfg.data.batch_size,
         "global_batch_size": None,

@@ -35,9 +35,12 @@ FASHION_MNIST_CANDIDATES = [os.environ.get("BENCH_FASHION_MNIST_DIR", ""),
 # data, a Slurm cluster). What two tests at once would share is held apart by marks:
 # - `serial`: the machine itself. Rates, CPU quotas, emulated links, a deadline with little
 #   room (the netlab straggler and quota tests, bench accept's faults, Slurm's time limit).
-# - `xdist_group("docker")`: the bench-* containers (every `bench_containers() == []`, and
-#   a test that docker-kills a bench-*node1 container), the NFS server's TCP 2049 on the
-#   host's network, and what `make bench-cpu` writes in the checkout (nfs/export, build/).
+# - the tests of the bench-* containers (test_stack_e2e whole, and the compose tests of
+#   test_ssh_e2e, test_faults_e2e and test_matrix) are `serial`: every one checks
+#   `bench_containers() == []`, they share the NFS server's TCP 2049 and what `make
+#   bench-cpu` writes in the checkout, and Compose's nodes bind MASTER_PORT 29500 on the
+#   host's network, which a CI run under two workers found taken (EADDRINUSE), the failed
+#   node's container then failing nine tests after it.
 # - the emulated labs' tests (test_netlab_e2e, test_accept_e2e) are `serial` whole:
 #   lab_host checks that no lab namespace or cgroup of anyone's is left, and a first CI run
 #   under two workers found another test's live two-node lab there.

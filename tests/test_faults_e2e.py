@@ -90,7 +90,7 @@ def test_a_stopped_rank_0_is_a_timeout_row_naming_the_cause(tmp_path):
     assert state in ("gone", "Z"), f"the stopped rank 0 (pid {pid}) outlived the job: {state}"
 
 
-@pytest.mark.xdist_group("docker")   # bench-* containers (tests/conftest.py, PHASES)
+@pytest.mark.serial   # bench-* containers (tests/conftest.py, PHASES)
 def test_compose_writes_the_row_when_rank_0_dies_before_recording(cpu_image, compose_variant,
                                                                   tmp_path):
     env_file = tmp_path / "node.env"

@@ -214,7 +214,7 @@ def _kill_node1_container_when_training(results_dir, stop):
 
 
 @pytest.mark.e2e
-@pytest.mark.xdist_group("docker")   # kills a bench-*node1 container (tests/conftest.py)
+@pytest.mark.serial   # kills a bench-*node1 container (tests/conftest.py)
 def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_image,
                                                                           compose_variant,
                                                                           tmp_path):

@@ -64,7 +64,7 @@ def test_ssh_takes_user_at_host(loopback_sshd, tmp_path):
     assert rec["status"] == "ok" and rec["nnodes"] == 2 and rec["world_size"] == 2
 
 
-@pytest.mark.xdist_group("docker")   # bench-* containers (tests/conftest.py, PHASES)
+@pytest.mark.serial   # bench-* containers (tests/conftest.py, PHASES)
 def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_path,
                                                  staged_fashion_mnist):
     env_file = compose_env(tmp_path, staged_fashion_mnist)
@@ -79,7 +79,7 @@ def test_ssh_compose_runs_one_container_per_host(loopback_sshd, cpu_image, tmp_p
     assert bench_containers() == []
 
 
-@pytest.mark.xdist_group("docker")
+@pytest.mark.serial
 def test_the_allreduce_workload_runs_over_ssh_in_containers(loopback_sshd, cpu_image, tmp_path,
                                                             staged_fashion_mnist):
     # The workload reaches each host's container as BENCH_MODULE, through SSH and Compose.

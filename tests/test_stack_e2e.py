@@ -21,7 +21,7 @@ from conftest import EXAMPLE_ENV, REPO, assert_breakdown, bench_containers, vali
 
 # Docker: every test here makes bench-* containers, serves NFS on the host's TCP 2049, or
 # runs beside those that do (tests/conftest.py, PHASES).
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("docker")]
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
 
 
