@@ -533,7 +533,8 @@ test-deps: ## install the test prerequisites missing on this host (scripts/insta
 
 # Two phases (tests/conftest.py, PHASES): the tests that can share the machine on two
 # pytest-xdist workers, those of one shared resource (an xdist_group) on one worker in turn;
-# then the serial ones (rates, CPU quotas, emulated links), alone. The second runs whatever
+# then the serial ones (rates, CPU quotas, emulated links, the bench-* containers, the
+# Slurm clusters), alone. The second runs whatever
 # the first gave, and either failing fails the target. PYTEST_ADDOPTS reaches both; a phase
 # it leaves without a test (exit 5) is no failure unless both are.
 test: test-deps venv lint docker build-cpu build-nfs ## every test: unit and end-to-end (Docker, NFS, torchrun, sshd)
