@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import socket
 import sys
 import tempfile
@@ -29,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import nccl_log
+from bench import nccl_log, paths
+from bench.options import ConfigError
 from bench.provenance import CAPTURE_SET
 from bench.rank.distributed import DistContext, all_gather_objects
 
@@ -159,4 +159,8 @@ def finish(capture: Capture | None = None) -> None:
         return
     for line in warnings(capture):
         print(line, file=sys.stderr, flush=True)
-    shutil.rmtree(capture.private, ignore_errors=True)
+    try:  # the one checked removal: only a directory inside the temporary directory
+        paths.remove_tree_inside(capture.private, Path(tempfile.gettempdir()),
+                                 "NCCL_DEBUG_FILE")
+    except (ConfigError, OSError) as error:
+        print(f"[bench] NCCL's log directory was left: {error}", file=sys.stderr, flush=True)
