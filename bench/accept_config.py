@@ -44,8 +44,8 @@ MAX_DATA_BYTES = 64 << 30
 # a path of plain names (they travel in argv, and in URLs nfs-ls and nfs-cat parse).
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}" \
     r"[A-Za-z0-9])?)*)"
-NFS_URL = re.compile(rf"^nfs://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.+=,@-]+)+/?"
-                     r"(?:\?version=[34])?$")
+NFS_URL = re.compile(rf"nfs://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.+=,@-]+)+/?"
+                     r"(?:\?version=[34])?")  # matched whole (fullmatch)
 
 
 def check_nfs_url(url: str) -> None:

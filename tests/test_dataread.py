@@ -92,7 +92,7 @@ def test_any_listing_text_gives_only_plain_names_inside_the_export(text):
     its URL keeps the query after the path."""
     names = []
     for line in text.splitlines():
-        match = dataread._LISTED.match(line)
+        match = dataread._LISTED.fullmatch(line)
         if match and match["mode"][0] == "-":
             name = match["name"].strip()
             if dataread._SAFE_NAME.fullmatch(name) and ".." not in name.split("/"):

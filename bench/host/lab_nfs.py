@@ -32,7 +32,7 @@ DEFAULT_IMAGE = "bench-nfs:latest"
 PSEUDO_PATH = "/datasets"
 READY_S = 60
 # The export travels in docker's --mount, where a comma or quote would start another field.
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_.+@=/-]*$")
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.+@=/-]*")
 
 
 def url(path: str = "") -> str:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 CHUNK = 1 << 20
 # nfs-ls -R: "-rw-r--r--  1 65534 65534      5000000 fashion-mnist/b.bin"
-_LISTED = re.compile(r"^(?P<mode>[-dlcbps][-rwxsStT]{9})\s+\d+\s+\d+\s+\d+\s+(?P<size>\d+)\s"
-                     r"(?P<name>.+)$")
+_LISTED = re.compile(r"(?P<mode>[-dlcbps][-rwxsStT]{9})\s+\d+\s+\d+\s+\d+\s+(?P<size>\d+)\s"
+                     r"(?P<name>.+)")  # matched whole (fullmatch), line by line
 # A name that goes into a URL's path whole: no query, fragment, control character or "..".
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+=,@/-]+$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.+=,@/-]+")
 NFS_TIMEOUT_S = 600
 
 
@@ -95,7 +95,7 @@ def nfs_files(url: str) -> list[tuple[str, int]]:
     base, query = split_url(url)
     out = []
     for line in listing.stdout.splitlines():
-        match = _LISTED.match(line)
+        match = _LISTED.fullmatch(line)
         if not match or match["mode"][0] != "-":
             continue
         name = match["name"].strip()
