@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from bench import record
-from bench.host import matrix, ports
+from bench.host import contract, matrix, ports
 from bench.host.failures import NO_RECORD, describe_failure, failure_cause, killed_rank
 from bench.host.launchers import nodes
 from bench.host.launchers.nodes import NodeCommand, run_nodes
@@ -646,3 +647,49 @@ def test_torchrun_reports_of_a_signalled_rank_name_it(rank, sig, other, noise):
     assert killed_rank([*noise, *report]) == f"rank {rank} killed by {sig.name}"
     exited = [*report[:-2], "  exitcode  : 1 (pid: 2)", "==="]
     assert killed_rank([*noise, *exited]) is None, "a rank that exited is not 'killed'"
+
+
+# --- a record the console lost ----------------------------------------------------------------
+
+def _outcome(lines: list[str]) -> JobOutcome:
+    return JobOutcome([NodeOutcome(0, "node0", 0, lines[-5:], lines)], False, 1.0)
+
+
+def test_a_row_the_console_lost_is_found_in_the_results_file_by_its_job(tmp_path):
+    """docker-compose 1.29 has cut a container's last lines (the printed record) off as it
+    exited: the job's row is then the one rank 0 appended, found by its job id, never a
+    second, failed row beside it; another job's rows and a torn line are not taken."""
+    results = tmp_path / "runs.jsonl"
+    mine, other = dict(OK_RECORD, job_id="job-a"), dict(OK_RECORD, job_id="job-b")
+    results.write_text(json.dumps(other) + "\n{torn\n" + json.dumps(mine) + "\n")
+    outcome = _outcome(["bench-node: node 0 of 1", "[bench] ok"])
+    assert outcome.records() == []
+    (found,) = outcome.records(results, "job-a")
+    assert found["job_id"] == "job-a" and found["status"] == "ok"
+    assert outcome.records(results, "job-c") == []
+    assert outcome.records(tmp_path / "elsewhere.jsonl", "job-a") == []   # another host's disk
+    # What the console did carry wins: the file is not read then.
+    console = io.StringIO()
+    record.emit(other, console)
+    printed = _outcome(console.getvalue().splitlines())
+    assert [r["job_id"] for r in printed.records(results, "job-a")] == ["job-b"]
+
+
+@pytest.mark.e2e
+def test_a_real_rank_records_its_job_id_for_a_console_that_printed_nothing(tmp_path):
+    """A rank under torchrun, its console thrown away: the row appended to the results file
+    carries the launcher's job id (torchrun's --rdzv-id), and the outcome finds it there."""
+    results = tmp_path / "runs.jsonl"
+    node = contract.NodeSpec(rank=0, nnodes=1, nproc=1, master_port=0, rdzv_timeout=60,
+                             job_id="lost-console-1", module="bench.rank.train",
+                             workload_args=tuple(_tiny_train(results)[6:]), results=results,
+                             workdir=REPO)
+    with ports.lease(29900, low=29900, span=200, probe_host="127.0.0.1") as port:
+        argv = contract.torchrun_argv(node, master_addr="127.0.0.1", master_port=port)
+        quiet = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "quiet", *argv]
+        outcome = run_nodes([NodeCommand(0, "node0", quiet, ENV)], deadline_s=240, cwd=REPO)
+    assert outcome.ok, outcome.nodes[0].last_lines
+    assert outcome.records() == []
+    (rec,) = outcome.records(results, "lost-console-1")
+    validate(rec)
+    assert rec["status"] == "ok" and rec["job_id"] == "lost-console-1"

@@ -83,12 +83,13 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
     except (ConfigError, RuntimeError) as error:  # bad settings, missing image or Compose
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    records = outcome.records()
+    records = outcome.records(args.results, job_id)
     # Rank 0 writes the job's one row; when it could not (a node died first, rank 0 hung
     # or never started), the row is written here. A node other than 0 started on its own
     # leaves the row to node 0's host.
     if not records and (not args.only_this_node or node.node_rank == 0):
         rec = failure_record(train_cfg, Topology(node.nnodes, node.nproc_per_node))
+        rec["job_id"] = job_id
         if not outcome.ok:
             rec = describe_failure(rec, outcome, args.deadline)
         record.append(args.results, rec)

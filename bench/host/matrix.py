@@ -512,8 +512,9 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                      f"{cfg.results}")
             raise Interrupted(signum) from None
         durations.append(outcome.seconds)
-        records = outcome.records()
-        rec = records[0] if records else failure_record(train_cfg, cell.topology)
+        records = outcome.records(job.results, job_id)
+        rec = records[0] if records else dict(failure_record(train_cfg, cell.topology),
+                                               job_id=job_id)
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
         section = _matrix_section(cfg, matrix_id, index, repeat, cell, train_cfg, job_id,

@@ -4,6 +4,7 @@ that failed first, and a scheduler's own view. Launchers make these; the matrix 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from bench import record
 
@@ -39,9 +40,18 @@ class JobOutcome:
         return not self.timed_out and all(n.ok for n in self.nodes) and \
             (self.scheduler is None or self.scheduler.get("state") == "COMPLETED")
 
-    def records(self) -> list[dict]:
-        """Records printed after the marker by any node (rank 0 prints them)."""
+    def records(self, results: Path | None = None, job_id: str | None = None) -> list[dict]:
+        """Records printed after the marker by any node (rank 0 prints them); when none
+        was, the rows of job ``job_id`` that rank 0 appended to ``results``, where that file
+        is on this host. A record can be appended and still not reach the console:
+        docker-compose 1.29 has cut a container's last lines off as it exited, and the job
+        must not then get a second, failed row beside its real one."""
         found = []
         for node in self.nodes:
             found += record.parse_stdout("\n".join(node.output))
-        return found
+        if found or results is None or job_id is None:
+            return found
+        try:
+            return [rec for rec in record.read(results) if rec.get("job_id") == job_id]
+        except record.ResultsError:   # not on this host (another node's disk), or unreadable
+            return []

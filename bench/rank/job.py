@@ -109,6 +109,9 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
     measures (the acceptance run records it instead, for its verdict to judge). A rank's
     entry point ends its process with ``exit_process``."""
     ctx = None
+    # torchrun's --rdzv-id, which every launcher sets to its job id: the host finds this
+    # job's row by it in the results file when the console lost it (bench.host.outcome).
+    rec["job_id"] = os.environ.get("TORCHELASTIC_RUN_ID")
     nccl_capture.start(dist_cfg.backend)
     try:
         ctx = distributed.init(dist_cfg)
