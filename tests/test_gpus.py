@@ -83,3 +83,31 @@ def test_the_matrix_refuses_before_starting_a_cell_this_host_cannot_hold(tmp_pat
         "bench matrix: error: --topologies=2x2: needs 4 GPUs on this host (2 node(s) x 2), "
         "which has 2: use fewer, or run the nodes on their own hosts (--launcher ssh)"]
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_simulated_nodes_on_one_gpu_host_get_a_host_identity_each(tmp_path, monkeypatch):
+    """NCCL groups ranks into nodes by host identity: two nodes simulated on one GPU host
+    would be joined over NVLink or shared memory as one node. Each node's ranks take an
+    NCCL_HOSTID of their own (the same for every rank of a node); a node that is not
+    simulated, and a user's own NCCL_HOSTID, are left alone."""
+    from bench.rank import distributed
+    launcher = NativeLauncher(NativeOptions(visible_gpus=("0", "1", "2", "3")))
+    placed = launcher.commands(_job(("--steps", "1"), tmp_path))
+    identities = {}
+    for command in placed:
+        for local_rank in range(2):
+            for name, value in command.env.items():
+                monkeypatch.setenv(name, value)
+            monkeypatch.setenv("TORCHELASTIC_RUN_ID", "j")
+            monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+            monkeypatch.delenv("NCCL_HOSTID", raising=False)
+            distributed.separate_simulated_nodes(command.rank)
+            identities.setdefault(command.rank, set()).add(os.environ["NCCL_HOSTID"])
+    assert identities == {0: {"bench-j-node0"}, 1: {"bench-j-node1"}}
+    monkeypatch.setenv("NCCL_HOSTID", "lab-own")
+    distributed.separate_simulated_nodes(1)
+    assert os.environ["NCCL_HOSTID"] == "lab-own"
+    monkeypatch.delenv("NCCL_HOSTID")
+    monkeypatch.delenv("BENCH_GPUS")   # a node on a host of its own
+    distributed.separate_simulated_nodes(1)
+    assert "NCCL_HOSTID" not in os.environ

@@ -219,7 +219,8 @@ def test_native_lines_parse_back_to_each_nodes_spec(topology, args, on_gpus):
     for node, block in zip(job.nodes, blocks, strict=True):
         if block is not None:
             env, i = read_env(parsed, i)
-            assert env == {"CUDA_VISIBLE_DEVICES": block, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+            assert env == {"CUDA_VISIBLE_DEVICES": block, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                           "BENCH_GPUS": block}
         argv = contract.torchrun_argv(node, master_addr="127.0.0.1", master_port=29500,
                                       store_bind="127.0.0.1")
         assert parsed[i:i + len(argv)] == argv

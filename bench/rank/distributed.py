@@ -68,6 +68,20 @@ def keep_local_jobs_on_loopback(world_size: int) -> None:
             os.environ.setdefault(variable, "lo")
 
 
+def separate_simulated_nodes(node_rank: int) -> None:
+    """A node simulated beside others on one GPU host (its launcher gave it a block of the
+    host's GPUs in BENCH_GPUS) gets a host identity of its own, NCCL_HOSTID. NCCL groups
+    ranks into nodes by host identity (host name and boot id), and would otherwise treat
+    the simulated nodes as one node and join them over NVLink, PCIe P2P or shared memory:
+    a 2x1 would measure what a 1x2 does and no network at all. With an identity each, NCCL
+    connects them through its network transport, as separate hosts are. The id names the
+    job and the node, so that every rank of one node shares it; the row records it in
+    ``env.comm_env``. An NCCL_HOSTID the user set is kept."""
+    if os.environ.get("BENCH_GPUS") and "NCCL_HOSTID" not in os.environ:
+        job = os.environ.get("TORCHELASTIC_RUN_ID") or "job"
+        os.environ["NCCL_HOSTID"] = f"bench-{job}-node{node_rank}"
+
+
 def init(cfg: DistributedConfig) -> DistContext:
     """Join the job described by the torchrun environment, with an explicit timeout."""
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
@@ -75,6 +89,7 @@ def init(cfg: DistributedConfig) -> DistContext:
     local_rank = _env_int("LOCAL_RANK", 0)
     local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
     node_rank = _env_int("GROUP_RANK", _env_int("NODE_RANK", 0))
+    separate_simulated_nodes(node_rank)
     if cfg.device == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)

@@ -32,10 +32,14 @@ def node_command(node: NodeSpec) -> NodeCommand:
 
 
 def device_env(node: NodeSpec) -> dict[str, str] | None:
-    """A node sharing this host's GPUs sees only its own, numbered as nvidia-smi does."""
+    """A node sharing this host's GPUs sees only its own, numbered as nvidia-smi does, and
+    says it is one of several on this host (BENCH_GPUS, as the image's entrypoint is told):
+    its ranks then take a host identity of their own for NCCL
+    (``bench.rank.distributed.separate_simulated_nodes``)."""
     if node.devices is None:
         return None
-    return {"CUDA_VISIBLE_DEVICES": node.devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    return {"CUDA_VISIBLE_DEVICES": node.devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "BENCH_GPUS": node.devices}
 
 
 @contextlib.contextmanager
