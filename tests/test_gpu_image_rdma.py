@@ -14,6 +14,9 @@ from conftest import REPO
 
 DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
 PACKAGES = ["libibverbs1", "ibverbs-providers", "ibverbs-utils"]
+# What --compile needs at run time (bench.config.compile_toolchain_missing): g++ (with gcc)
+# and the base Python's headers.
+COMPILE_PACKAGES = ["g++", "python3-dev"]
 
 
 def _final_stage() -> str:
@@ -32,7 +35,7 @@ def test_the_final_stage_installs_rdma_core_userspace_before_the_venv():
     step = _rdma_step()
     assert stage.index("ibverbs-utils") < stage.index("COPY --from=build /opt/venv"), \
         "before the large, often rebuilt layers"
-    for package in PACKAGES:
+    for package in PACKAGES + COMPILE_PACKAGES:
         assert re.search(rf"(?<![\w-]){re.escape(package)}(?![\w-])", step), package
     assert "librdmacm1" in step and "librdmacm1t64" in step
     assert "--no-install-recommends" in step and "rm -rf /var/lib/apt/lists/*" in step
@@ -66,5 +69,5 @@ def test_the_step_picks_the_bases_package_names(tmp_path, base_env, known, insta
     assert calls[0] == "apt-get update"
     words = calls[1].split()
     assert words[:4] == ["apt-get", "install", "-y", "--no-install-recommends"]
-    assert sorted(words[4:]) == sorted([*PACKAGES, installed])
+    assert sorted(words[4:]) == sorted([*PACKAGES, *COMPILE_PACKAGES, installed])
     assert calls[2:] == ["rm -rf /var/lib/apt/lists/*"]
