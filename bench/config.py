@@ -34,6 +34,9 @@ DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
+# Where an image folder's JPEGs are decoded: by PIL in the loader's worker processes, or in
+# one batched call on the training device (torchvision.io.decode_jpeg; nvJPEG on a GPU).
+DECODERS = ("loader", "device")
 BACKENDS = ("auto", "nccl", "gloo")
 # The comm hooks, each with the element type it all-reduces (the gradients are float32;
 # PowerSGD's P and Q factors too). gloo's CPU cost per byte depends on it: it sums float16
@@ -99,6 +102,11 @@ class DataConfig:
                                  "MANIFEST.sha256: all files, a sample, or off",
                                  choices=MANIFEST_CHECKS)
     manifest_sample: int = option(64, "files checked with --manifest-check sample")
+    decode: str = option("loader", "where --data imagefolder's JPEGs are decoded and resized: "
+                         "loader (PIL, per sample, in the worker processes) or device "
+                         "(the loader only reads the files; one batched decode_jpeg on the "
+                         "training device: use it when the CPU cannot keep a GPU fed)",
+                         choices=DECODERS)
 
     def __post_init__(self) -> None:
         require(self.data in DATA_SOURCES, "data", self.data, f"one of {', '.join(DATA_SOURCES)}")
@@ -109,6 +117,10 @@ class DataConfig:
         require_range(self.manifest_sample, "manifest_sample", 1, 10_000_000)
         for name in ("max_train_samples", "max_eval_samples"):
             require_range(getattr(self, name), name, 1, 1 << 40, optional=True)
+        require(self.decode in DECODERS, "decode", self.decode, f"one of {', '.join(DECODERS)}")
+        require(self.decode == "loader" or self.data == "imagefolder", "decode", self.decode,
+                f"--data {self.data} is not JPEG files: --decode device is for --data "
+                "imagefolder; leave --decode at loader")
         if self.data == "synthetic":
             return
         require(self.data_dir is not None, "data_dir", None,

@@ -391,7 +391,27 @@ def training_headline(rec: dict) -> str:
     for 2+ epochs the steady state after the first epoch."""
     rate, steady = rec.get("samples_per_s"), rec.get("samples_per_s_steady")
     text = "no samples/s measured" if rate is None else f"{rate:.1f} samples/s"
-    return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "")
+    return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "") \
+        + _decode_hint(rec)
+
+
+# The share of the step a GPU may wait on its loader before the line suggests decoding
+# on the device: past it, the CPUs, not the GPU, set the rate.
+LOADER_BOUND_SHARE = 0.2
+
+
+def _decode_hint(rec: dict) -> str:
+    """Where PIL in the loader's workers kept GPUs waiting on an image folder, the offer of
+    decoding on the device instead (``--decode device``, nvJPEG)."""
+    data = (rec.get("config") or {}).get("data") or {}
+    share = rec.get("data_wait_share")
+    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+    on_gpus = env.get("driver") is not None or env.get("cudnn") is not None  # set with a GPU
+    if data.get("data") != "imagefolder" or data.get("decode", "loader") != "loader" or \
+            not on_gpus or not isinstance(share, (int, float)) or share < LOADER_BOUND_SHARE:
+        return ""
+    return (f"; the GPUs waited on the loader's JPEG decoding {share:.0%} of the time: "
+            "--decode device decodes on the GPU instead")
 
 
 def link_sweeps(records) -> list[dict]:

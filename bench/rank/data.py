@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from bench.config import DataConfig, find_idx_file
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+Encoded = tuple[torch.Tensor, torch.Tensor]   # --decode device: files end to end, their lengths
 
 # Per-dataset normalisation constants (mean, std of the training pixels, 0-1 scale).
 FASHION_MNIST_STATS = (0.2860, 0.3530)
@@ -40,12 +41,17 @@ class DataBundle:
     # Batch-wise work done on the device after the copy (None: the loader's batch is final).
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None
     workers: int = 0                  # loader worker processes per rank (0: none or synthetic)
+    # --decode device: the loader's batch is the files' encoded bytes, decoded here.
+    decode: Callable[[Encoded], torch.Tensor] | None = None
 
     def to_device(self, batch: Batch) -> Batch:
         """A loader batch on the device, prepared and in the model's memory format. The
         synthetic batch is already there, made once in that format: this is a no-op."""
         images, labels = batch
-        images = images.to(self.device, non_blocking=True)
+        if self.decode is not None:
+            images = self.decode(images)   # type: ignore[arg-type] - encoded files
+        else:
+            images = images.to(self.device, non_blocking=True)
         if self.prepare is not None:
             images = self.prepare(images)
         return (images.contiguous(memory_format=self.memory_format),
@@ -133,6 +139,52 @@ def _pil_transform(channels: int, size: int, stats):
     return T.Compose(steps + [T.ToTensor(), T.Normalize(mean, std)])
 
 
+def _encoded(path: str) -> torch.Tensor:
+    """A file's bytes as a uint8 tensor: what decode_jpeg takes."""
+    from torchvision.io import read_file
+
+    return read_file(path)
+
+
+def _encoded_batch(samples: list[tuple[torch.Tensor, int]]) -> tuple[Encoded, torch.Tensor]:
+    """A batch of files of different lengths, packed end to end in one tensor with their
+    lengths: a worker hands the main process two tensors, not one shared-memory file
+    descriptor per file (a list of 64 ran out of them)."""
+    files = [data for data, _ in samples]
+    return ((torch.cat(files), torch.tensor([len(f) for f in files])),
+            torch.tensor([label for _, label in samples]))
+
+
+def device_jpeg_decoder(channels: int, size: int, device: torch.device,
+                        stats) -> Callable[[Encoded], torch.Tensor]:
+    """Encoded JPEGs -> a normalised float batch (N, channels, size, size) on ``device``:
+    one batched decode_jpeg there (nvJPEG on a GPU), then the resize and normalisation the
+    loader path does with PIL (bilinear, antialiased)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
+    mean, std = stats
+    if channels == 1:
+        mean, std = (sum(mean) / 3,), (sum(std) / 3,)
+    mean_t = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, device=device).view(1, -1, 1, 1)
+
+    def decode(encoded: Encoded) -> torch.Tensor:
+        packed, lengths = encoded
+        files = list(torch.split(packed, lengths.tolist()))
+        try:
+            images = decode_jpeg(files, mode=mode, device=device)
+        except RuntimeError as error:
+            raise ValueError(f"--decode device decodes JPEG files only, and one of this "
+                             f"batch's is not one ({str(error).splitlines()[0]}): use "
+                             "--decode loader for other formats") from None
+        resized = [F.interpolate(image.unsqueeze(0).float(), size=(size, size),
+                                 mode="bilinear", antialias=True, align_corners=False)
+                   for image in images]
+        return (torch.cat(resized).div_(255) - mean_t).div_(std_t)
+    return decode
+
+
 def _datasets(cfg: DataConfig, channels: int, size: int) -> tuple[Dataset, Dataset | None, int]:
     """(train, test or None, class count) for a real data source."""
     directory = Path(cfg.data_dir)
@@ -147,10 +199,12 @@ def _datasets(cfg: DataConfig, channels: int, size: int) -> tuple[Dataset, Datas
     if cfg.data == "imagefolder":
         from torchvision.datasets import ImageFolder
 
-        tf = _pil_transform(channels, size, IMAGENET_STATS)
-        train = ImageFolder(directory / "train", transform=tf)
+        # --decode device: the workers only read each file; decoding is the device's.
+        options = ({"loader": _encoded} if cfg.decode == "device" else
+                   {"transform": _pil_transform(channels, size, IMAGENET_STATS)})
+        train = ImageFolder(directory / "train", **options)
         val_dir = directory / "val"
-        test = ImageFolder(val_dir, transform=tf) if val_dir.is_dir() else None
+        test = ImageFolder(val_dir, **options) if val_dir.is_dir() else None
         return train, test, len(train.classes)
     raise ValueError(f"unknown data source {cfg.data!r}")
 
@@ -181,8 +235,11 @@ def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | 
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)
     workers = loader_workers(cfg.workers, local_world_size)
+    on_device = cfg.decode == "device"
     loader_args = dict(batch_size=cfg.batch_size, num_workers=workers,
-                       pin_memory=device.type == "cuda", persistent_workers=workers > 0)
+                       pin_memory=device.type == "cuda" and not on_device,
+                       persistent_workers=workers > 0,
+                       **({"collate_fn": _encoded_batch} if on_device else {}))
     # drop_last keeps every timed step the same size.
     train = DataLoader(train_set, sampler=sampler, drop_last=True, **loader_args)
     if len(train) == 0:
@@ -195,6 +252,8 @@ def build_data(cfg: DataConfig, *, channels: int, size: int, num_classes: int | 
         shard = Subset(test_set, range(rank, len(test_set), world_size))
         evaluation = DataLoader(shard, shuffle=False, **loader_args)
     prepare = fashion_mnist_on_device(channels, size) if cfg.data == "fashion-mnist" else None
+    decode = device_jpeg_decoder(channels, size, device, IMAGENET_STATS) if on_device else None
     return DataBundle(num_classes=num_classes or classes, train=train, eval=evaluation,
                       train_samples=len(train) * cfg.batch_size * world_size, device=device,
-                      memory_format=memory_format, prepare=prepare, workers=workers)
+                      memory_format=memory_format, prepare=prepare, workers=workers,
+                      decode=decode)
