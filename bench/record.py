@@ -405,7 +405,8 @@ def _decode_hint(rec: dict) -> str:
     decoding on the device instead (``--decode device``, nvJPEG)."""
     data = (rec.get("config") or {}).get("data") or {}
     share = rec.get("data_wait_share")
-    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+    env = rec.get("env")
+    env = env if isinstance(env, dict) else {}
     on_gpus = env.get("driver") is not None or env.get("cudnn") is not None  # set with a GPU
     if data.get("data") != "imagefolder" or data.get("decode", "loader") != "loader" or \
             not on_gpus or not isinstance(share, (int, float)) or share < LOADER_BOUND_SHARE:
