@@ -6,12 +6,15 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
   ssh        passwordless, non-interactive SSH with a known host key
   docker     the Docker engine answers and Compose is installed
   image      the trainer image is there; its id and torch/CUDA/NCCL versions agree across hosts
-  gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), and
-             torch inside the image, run with the GPUs attached (docker run --gpus all),
-             sees CUDA and at least --gpus-per-node devices; a refusal such as
-             'unsatisfied condition: cuda>=13.0' names the driver floor and the build line
-             of a flavour this driver runs, as scripts/check-gpu.sh does. WARN on a host
-             without NVIDIA driver; not checked with --gpus-per-node 0 (a CPU job)
+  gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), an
+             NVSwitch fabric is trained (nvidia-smi's fabric state Completed, status
+             Success: else Fabric Manager is named, the GPU, its state and the fix, as
+             scripts/check-gpu.sh says it), and torch inside the image, run with the GPUs
+             attached (docker run --gpus all), sees CUDA and at least --gpus-per-node
+             devices; a refusal such as 'unsatisfied condition: cuda>=13.0' names the
+             driver floor and the build line of a flavour this driver runs, as
+             scripts/check-gpu.sh does. WARN on a host without NVIDIA driver; not checked
+             with --gpus-per-node 0 (a CPU job)
   rdma       --profile gpu-ib: ibv_devinfo inside the image with /dev/infiniband attached,
              as the gpu-ib trainer runs: the HCAs and their ports' state and link layer,
              or why NCCL would see none and fall back to TCP sockets (no /dev/infiniband,
