@@ -1,7 +1,7 @@
-"""NVSwitch Fabric Manager, without a GPU: a fake nvidia-smi first on PATH answers as the
-driver would (an 8-GPU NVSwitch system trained or not, PCIe GPUs, a driver that rejects the
-fabric query fields), and scripts/check-gpu.sh, bench doctor's gpu row and the trainer's
-device check read it."""
+"""NVSwitch Fabric Manager and MIG, without a GPU: a fake nvidia-smi first on PATH answers as
+the driver would (an 8-GPU NVSwitch system trained or not, PCIe GPUs, a driver that rejects
+the fabric query fields, GPUs in MIG mode), and scripts/check-gpu.sh, bench doctor's rows,
+the trainer's device check and the GPU sharing of simulated nodes read it."""
 from __future__ import annotations
 
 import os
@@ -13,10 +13,12 @@ import pytest
 
 from bench import nvidia_smi
 from bench.config import resolve_device
-from bench.host.checks import FAIL, PASS, gpu
+from bench.host import gpus
+from bench.host.checks import FAIL, PASS, WARN, gpu
 from bench.host.checks.remote import Hosts, Remote
-from bench.nvidia_smi import Fabric
+from bench.nvidia_smi import Fabric, MigGpu
 from bench.options import ConfigError
+from bench.topology import Topology
 from conftest import REPO
 
 CHECK_GPU = REPO / "scripts" / "check-gpu.sh"
@@ -243,3 +245,122 @@ def test_bench_train_refuses_in_one_line_naming_fabric_manager(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "bench train: error: --device=cuda: no CUDA device is visible to torch: "
         + expected_line(("GPU 5", "In Progress", "N/A"))]
+
+
+# --- MIG ----------------------------------------------------------------------------------------
+def test_mig_modes_and_slices_as_nvidia_smi_lists_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, mig=mig_csv("Enabled", "Disabled"),
+                                          count=2, mig_on=(0,))["PATH"])
+    assert nvidia_smi.read_mig(nvidia_smi.run_here) == [
+        MigGpu("0", UUIDS[0], "Enabled", (SLICES[0], SLICES[1])),
+        MigGpu("1", UUIDS[1], "Disabled", ())]
+
+
+@pytest.mark.parametrize("answers, expected", [
+    (dict(mig=mig_csv("[N/A]", "[N/A]")), [MigGpu("0", UUIDS[0], "[N/A]"),
+                                           MigGpu("1", UUIDS[1], "[N/A]")]),
+    (dict(mig='Field "mig.mode.current" is not a valid field to query.\n', mig_rc=2), []),
+    (dict(mig="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+              "driver.\n", mig_rc=9), None),
+    (dict(mig="0, GPU-0, Enabled; reboot\n"), None),
+])
+def test_no_mig_capable_gpu_an_old_driver_and_a_broken_one(tmp_path, monkeypatch, answers,
+                                                            expected):
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, count=2, **answers)["PATH"])
+    assert nvidia_smi.read_mig(nvidia_smi.run_here) == expected
+    assert "-L" not in calls(tmp_path), "slices are listed only for a GPU in MIG mode"
+
+
+MIG_ON_0 = [MigGpu("0", UUIDS[0], "Enabled", (SLICES[0],)), MigGpu("1", UUIDS[1], "Disabled")]
+
+
+@pytest.mark.parametrize("topology, visible", [((1, 1), ["0"]), ((2, 1), ["1", "0"]),
+                                               ((1, 2), ["0", "1"]), ((1, 1), [UUIDS[0]])])
+def test_ranks_on_a_gpu_in_mig_mode_are_refused_with_the_fix(topology, visible):
+    with pytest.raises(ConfigError) as error:
+        gpus.assign(Topology(*topology), visible, MIG_ON_0)
+    assert str(error.value) == (
+        f"--topologies={Topology(*topology)}: GPU 0 is in MIG mode and CUDA gives a process "
+        "one MIG device (a slice of a GPU) at most, so this job's ranks would run on a slice "
+        "or fail: turn MIG off (sudo nvidia-smi -i 0 -mig 0, then reset the GPU if it says "
+        f"pending), or run one rank on one slice: CUDA_VISIBLE_DEVICES={SLICES[0]} with "
+        "--topologies 1x1")
+
+
+def test_gpus_out_of_mig_mode_are_shared_out_as_before():
+    assert gpus.assign(Topology(1, 1), ["1"], MIG_ON_0) == ["1"]
+    not_capable = [MigGpu(str(i), UUIDS[i], "[N/A]") for i in range(4)]
+    assert gpus.assign(Topology(2, 2), ["0", "1", "2", "3"], not_capable) == ["0,1", "2,3"]
+
+
+def test_one_rank_on_one_named_slice_runs_and_several_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, mig=mig_csv("Enabled"), count=1,
+                                          mig_on=(0,))["PATH"])
+    visible = gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": f"{SLICES[0]},{SLICES[1]}"})
+    assert gpus.assign(Topology(1, 1), visible) == [SLICES[0]]
+    assert calls(tmp_path) == [], "a named slice needs no question to nvidia-smi"
+    for topology in (Topology(2, 1), Topology(1, 2)):
+        with pytest.raises(ConfigError, match=rf"^--topologies={topology}: "
+                                              r"CUDA_VISIBLE_DEVICES names MIG devices"):
+            gpus.assign(topology, visible)
+    with pytest.raises(ConfigError, match=r"^CUDA_VISIBLE_DEVICES=MIG-\$\(reboot\): a MIG "):
+        gpus.assign(Topology(1, 1), ["MIG-$(reboot)"])
+
+
+def test_the_matrix_refuses_a_gpu_in_mig_mode_in_one_line(tmp_path):
+    env = {**fake_tools(tmp_path, mig=mig_csv("Enabled", "Disabled"), count=2, mig_on=(0,)),
+           "PYTHONPATH": str(REPO)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    out = subprocess.run([sys.executable, "-m", "bench", "matrix", "--topologies", "1x2",
+                          "--results", str(tmp_path / "runs.jsonl"), "--", "--steps", "1"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("bench matrix: error: --topologies=1x2: GPU 0 is in MIG mode")
+    assert "sudo nvidia-smi -i 0 -mig 0" in line and f"CUDA_VISIBLE_DEVICES={SLICES[0]}" in line
+    assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_the_matrix_runs_one_rank_on_a_named_slice(tmp_path):
+    env = {**fake_tools(tmp_path, mig=mig_csv("Enabled"), count=1, mig_on=(0,)),
+           "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": SLICES[0]}
+    out = subprocess.run([sys.executable, "-m", "bench", "matrix", "--topologies", "1x1",
+                          "--dry-run", "--results", str(tmp_path / "runs.jsonl"), "--",
+                          "--steps", "1"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"CUDA_VISIBLE_DEVICES={SLICES[0]}" in out.stdout
+
+
+def _mig_row(tmp_path, monkeypatch, gpus_per_node=1, **answers):
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, **answers)["PATH"])
+    return gpu.mig_row(Hosts(("gpu1",), HERE, gpus_per_node=gpus_per_node), "gpu1")
+
+
+def test_doctor_reports_mig_mode_per_gpu(tmp_path, monkeypatch):
+    row = _mig_row(tmp_path, monkeypatch, mig=mig_csv("Disabled", "Disabled", "[N/A]"),
+                   count=3)
+    assert (row.check, row.result) == ("mig", PASS)
+    assert row.detail == "MIG mode: GPU 0 Disabled, GPU 1 Disabled, GPU 2 N/A"
+
+
+def test_doctor_fails_a_gpu_in_mig_mode_with_the_command_that_turns_it_off(tmp_path,
+                                                                            monkeypatch):
+    row = _mig_row(tmp_path, monkeypatch, mig=mig_csv("Disabled", "Enabled"), count=2,
+                   mig_on=(1,))
+    assert row.result == FAIL
+    assert row.detail == (
+        "MIG mode: GPU 0 Disabled, GPU 1 Enabled (2 slices): CUDA gives a process one MIG "
+        "device (a slice of a GPU) at most, so this host's ranks would run on slices or "
+        "fail: turn MIG off (sudo nvidia-smi -i 1 -mig 0, then reset the GPU if it says "
+        "pending)")
+
+
+def test_doctors_mig_row_on_an_old_driver_a_cpu_host_and_a_cpu_job(tmp_path, monkeypatch):
+    row = _mig_row(tmp_path, monkeypatch, mig='Field "mig.mode.current" is not a valid field '
+                   "to query.\n", mig_rc=2)
+    assert row.result == PASS and "no MIG mode" in row.detail
+    assert _mig_row(tmp_path, monkeypatch, mig="garbage\n").result == WARN
+    assert _mig_row(tmp_path, monkeypatch, mig=mig_csv("Enabled"), gpus_per_node=0) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi: the gpu row warns
+    assert gpu.mig_row(Hosts(("cpu1",), HERE), "cpu1") is None

@@ -19,6 +19,9 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
              as the gpu-ib trainer runs: the HCAs and their ports' state and link layer,
              or why NCCL would see none and fall back to TCP sockets (no /dev/infiniband,
              no verbs in the image, no active port, an NCCL_IB_HCA that names none)
+  mig        each GPU's MIG mode; FAIL where one is in MIG mode (a process gets one MIG
+             slice at most: the ranks would run on slices, or fail), with the command that
+             turns it off
   interface  the interface routing to MASTER_ADDR exists and matches NCCL/GLOO_SOCKET_IFNAME
   rendezvous MASTER_PORT on the first host is reachable from this host
   shm        /dev/shm is at least 1 GiB (the trainer containers share the host's: ipc host)
@@ -106,6 +109,8 @@ def check_hosts(job: Hosts) -> list[Row]:
                 found = (found[0], with_gpus)
             if job.profile == "gpu-ib":
                 rows.append(rdma.rdma_row(job, host))
+            mig = gpu.mig_row(job, host)
+            rows += [mig] if mig is not None else []
             rows.append(data.dataset_row(job, host))
         images[host] = found
         interfaces, devices = network.interface_rows(job, host)
