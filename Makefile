@@ -406,7 +406,7 @@ bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2
 	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
 	echo "results: $$MK_RESULTS"
 
-doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, GPUS_PER_NODE, default 1), HCAs (PROFILE=gpu-ib), interface, ports, shm, data, clocks
+doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, NVSwitch Fabric Manager, GPUS_PER_NODE, default 1), MIG mode, HCAs (PROFILE=gpu-ib), interface, ports, shm, data, clocks
 	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
 	@$(pick_image); per_node=$${MK_GPUS_PER_NODE:-1}; [ "$$MK_PROFILE" != cpu ] || per_node=0; \

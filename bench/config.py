@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench.catalog import MODEL_NAMES
 from bench.manifest import MANIFEST_NAME
+from bench.nvidia_smi import no_cuda_reason
 from bench.options import (
     ConfigError,
     add_flags,
@@ -390,8 +391,10 @@ def resolve_device(device: str, backend: str) -> tuple[str, str]:
     has_cuda = torch.cuda.is_available()
     if device == "auto":
         device = "cuda" if has_cuda else "cpu"
-    require(device != "cuda" or has_cuda, "device", "cuda",
-            "no CUDA device is visible to torch; use --device cpu")
+    if device == "cuda" and not has_cuda:
+        # Asked of nvidia-smi only now: on an NVSwitch system whose Fabric Manager is down,
+        # the reason names it and the fix.
+        raise ConfigError("--device", "cuda", no_cuda_reason())
     if backend == "auto":
         backend = "nccl" if device == "cuda" else "gloo"
     require(not (backend == "nccl" and device == "cpu"), "backend", "nccl",

@@ -28,7 +28,8 @@ def _modules(package: str) -> list[str]:
 
 
 CORE = ["config", "options", "topology", "units", "record", "schemacheck", "paths", "catalog",
-        "allreduce_config", "devices", "manifest", "provenance", "shell", "nccl_log"]
+        "allreduce_config", "devices", "manifest", "provenance", "shell", "nccl_log",
+        "nvidia_smi"]
 HOST_AND_ANALYSIS = _modules("host") + _modules("analysis") + CORE
 # Run first in every process below: any `import torch` (or torchvision) then raises
 # ImportError, and is remembered, so that one swallowed by `try: ... except ImportError`

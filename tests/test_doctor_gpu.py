@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from bench import nvidia_smi
 from bench.host.checks import FAIL, PASS, WARN, containers, gpu, remote
 from bench.host.checks.flavours import FLAVOURS, driver_advice, flavour_for_driver, flavours
 from bench.host.checks.remote import Hosts, Remote
@@ -79,7 +80,9 @@ def test_the_probe_reaches_ssh_as_one_argv_with_the_gpus_attached(monkeypatch):
     d = Hosts(("gpu1",), Remote(functools.partial(ssh_argv, ssh_base(None))),
               image="registry.example:5000/bench-trainer:cuda")
     assert gpu.gpu_row(d, "gpu1")[1] == "2.14.1 13.0 2.28.9"
-    smi, probe = seen
+    # The driver's version, the NVSwitch fabric's state (bench.nvidia_smi), then the probe.
+    _, fabric, probe = seen
+    assert shlex.split(fabric[-1]) == list(nvidia_smi.FABRIC_QUERY)
     for argv in seen:
         assert argv[0] == "ssh" and argv[-3:-1] == ["--", "gpu1"]
     assert shlex.split(probe[-1]) == gpu.gpu_probe_argv(

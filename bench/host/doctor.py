@@ -6,16 +6,22 @@ The first host leads (MASTER_ADDR), as in the SSH fan-out. Checks, per host:
   ssh        passwordless, non-interactive SSH with a known host key
   docker     the Docker engine answers and Compose is installed
   image      the trainer image is there; its id and torch/CUDA/NCCL versions agree across hosts
-  gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), and
-             torch inside the image, run with the GPUs attached (docker run --gpus all),
-             sees CUDA and at least --gpus-per-node devices; a refusal such as
-             'unsatisfied condition: cuda>=13.0' names the driver floor and the build line
-             of a flavour this driver runs, as scripts/check-gpu.sh does. WARN on a host
-             without NVIDIA driver; not checked with --gpus-per-node 0 (a CPU job)
+  gpu        the driver is at least the flavour's minimum (docker/cuda-flavours.tsv), an
+             NVSwitch fabric is trained (nvidia-smi's fabric state Completed, status
+             Success: else Fabric Manager is named, the GPU, its state and the fix, as
+             scripts/check-gpu.sh says it), and torch inside the image, run with the GPUs
+             attached (docker run --gpus all), sees CUDA and at least --gpus-per-node
+             devices; a refusal such as 'unsatisfied condition: cuda>=13.0' names the
+             driver floor and the build line of a flavour this driver runs, as
+             scripts/check-gpu.sh does. WARN on a host without NVIDIA driver; not checked
+             with --gpus-per-node 0 (a CPU job)
   rdma       --profile gpu-ib: ibv_devinfo inside the image with /dev/infiniband attached,
              as the gpu-ib trainer runs: the HCAs and their ports' state and link layer,
              or why NCCL would see none and fall back to TCP sockets (no /dev/infiniband,
              no verbs in the image, no active port, an NCCL_IB_HCA that names none)
+  mig        each GPU's MIG mode; FAIL where one is in MIG mode (a process gets one MIG
+             slice at most: the ranks would run on slices, or fail), with the command that
+             turns it off
   interface  the interface routing to MASTER_ADDR exists and matches NCCL/GLOO_SOCKET_IFNAME
   rendezvous MASTER_PORT on the first host is reachable from this host
   shm        /dev/shm is at least 1 GiB (the trainer containers share the host's: ipc host)
@@ -103,6 +109,8 @@ def check_hosts(job: Hosts) -> list[Row]:
                 found = (found[0], with_gpus)
             if job.profile == "gpu-ib":
                 rows.append(rdma.rdma_row(job, host))
+            mig = gpu.mig_row(job, host)
+            rows += [mig] if mig is not None else []
             rows.append(data.dataset_row(job, host))
         images[host] = found
         interfaces, devices = network.interface_rows(job, host)

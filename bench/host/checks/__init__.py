@@ -6,7 +6,8 @@ one table both print.
   ssh         the host answers over ssh, resolves every host name, keeps time
   containers  Docker and Compose, the image here or on a host, the same image everywhere
   flavours    docker/cuda-flavours.tsv: the CUDA lines and their driver floors
-  gpu         the driver and torch in the image with the GPUs attached; GPUs per host
+  gpu         the driver, the NVSwitch fabric, torch in the image with the GPUs attached,
+              MIG mode; GPUs per host
   rdma        ibv_devinfo in the image with the HCAs attached (profile gpu-ib)
   network     the NCCL/gloo interface, public addresses, the rendezvous port
   data        /dev/shm and the dataset volume

@@ -1,11 +1,14 @@
-"""The GPUs: the driver is at least the flavour's floor (docker/cuda-flavours.tsv), torch
-inside the image, run with the GPUs attached (docker run --gpus all), sees CUDA and
-enough devices; and, for the SSH launcher, how many GPUs nvidia-smi lists on a host."""
+"""The GPUs: the driver is at least the flavour's floor (docker/cuda-flavours.tsv), an
+NVSwitch fabric is trained (Fabric Manager), torch inside the image, run with the GPUs
+attached (docker run --gpus all), sees CUDA and enough devices, and no GPU is in MIG mode;
+and, for the SSH launcher, how many GPUs nvidia-smi lists on a host."""
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 
+from bench import nvidia_smi
 from bench.host.checks import FAIL, PASS, WARN, Row
 from bench.host.checks.containers import NCCL
 from bench.host.checks.flavours import driver_advice, driver_major, refusal_advice
@@ -35,6 +38,13 @@ def gpu_row(job: Hosts, host: str) -> tuple[Row, str | None]:
     refused, driver = driver_check(job, host)
     if refused is not None:
         return refused, None
+    # Before the probe: with the fabric untrained torch sees no GPU, and the probe's failure
+    # would point at the container toolkit.
+    fabric = nvidia_smi.read_fabric(answers(job, host))
+    problem = fabric.problem() if fabric is not None else None
+    if problem is not None:
+        return Row(host, "gpu", FAIL, problem), None
+    trained = fabric is not None and any(gpu.on_nvswitch for gpu in fabric.gpus)
     out = job.run(host, words(gpu_probe_argv(job.image)), timeout=300)
     if out.returncode != 0:
         said = (out.stdout + out.stderr).strip()
@@ -59,7 +69,47 @@ def gpu_row(job: Hosts, host: str) -> tuple[Row, str | None]:
                    "--gpus-per-node"), versions
     return Row(host, "gpu", PASS, f"{count} GPU(s) usable by torch {found['torch']}, "
                f"CUDA {found['cuda']}, NCCL {found['nccl']}; driver {driver} >= "
-               f"{flavour.min_driver} (TORCH_FLAVOUR={flavour.name})"), versions
+               f"{flavour.min_driver} (TORCH_FLAVOUR={flavour.name})"
+               + ("; NVSwitch fabric trained" if trained else "")), versions
+
+
+def answers(job: Hosts, host: str) -> nvidia_smi.Run:
+    """nvidia-smi on ``host``, as bench.nvidia_smi's readings ask it: (status, output)."""
+    def run(argv: Sequence[str]) -> tuple[int, str]:
+        out = job.run(host, words(argv))
+        return out.returncode, out.stdout + out.stderr
+    return run
+
+
+def mig_row(job: Hosts, host: str) -> Row | None:
+    """The ``mig`` row: each GPU's MIG mode, FAIL where one is in MIG mode (each rank
+    would run on a slice, or fail). None for a CPU job, and where nvidia-smi is missing or
+    fails (the ``gpu`` row says so)."""
+    if job.gpus_per_node == 0:
+        return None
+    run = answers(job, host)
+    code, out = run(nvidia_smi.MIG_QUERY)
+    if "is not a valid field to query" in out:
+        return Row(host, "mig", PASS, "this driver reports no MIG mode (MIG came with R450)")
+    if code != 0:
+        return None
+    gpus = nvidia_smi.mig_from_csv(out)
+    if not gpus:
+        return Row(host, "mig", WARN, f"unreadable MIG mode from nvidia-smi: {out[:120]!r}")
+    enabled = [gpu for gpu in gpus if gpu.enabled]
+    slices: dict[str, tuple[str, ...]] = {}
+    if enabled:
+        code, listing = run(nvidia_smi.LIST)
+        slices = nvidia_smi.mig_slices(listing) if code == 0 else {}
+    modes = ", ".join(f"GPU {gpu.index} {gpu.mode.strip('[]')}"
+                      + (f" ({len(slices.get(gpu.index, ()))} slices)" if gpu.enabled else "")
+                      for gpu in gpus)
+    if not enabled:
+        return Row(host, "mig", PASS, f"MIG mode: {modes}")
+    first = enabled[0].index
+    return Row(host, "mig", FAIL, f"MIG mode: {modes}: {nvidia_smi.MIG_WHY}, so this host's "
+               f"ranks would run on slices or fail: turn MIG off (sudo nvidia-smi -i {first} "
+               "-mig 0, then reset the GPU if it says pending)")
 
 
 def driver_check(job: Hosts, host: str) -> tuple[Row | None, str]:
