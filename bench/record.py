@@ -482,6 +482,9 @@ def train_skeleton(cfg) -> dict:
         # Known from the start, so a row that ends before training (an OOM while building
         # the model, a node lost at start) still says which strategy it was.
         "strategy": cfg.distributed.strategy,
+        # What the steps ran in, once the ranks have resolved it (--precision auto) and
+        # checked that every GPU has it; null where the job ended before that.
+        "precision": None,
         "world_size": None,
         "batch_size_per_device": cfg.data.batch_size,
         "global_batch_size": None,
