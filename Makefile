@@ -247,6 +247,14 @@ gpu-ready:
 	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
 	@$(MAKE) --no-print-directory build venv
 
+# The topologies of bench-multigpu, from the shell variable `gpus` (scripts/check-gpu.sh's
+# count) in the shell variable `topologies`: 1x1, 1x2, 1x4... (the powers of two below the
+# count), then 1xN, all of this node's GPUs.
+define gpu_ladder
+topologies=1x1; for ((n = 2; n < gpus; n *= 2)); do topologies+=",1x$$n"; done; \
+[ "$$gpus" = 1 ] || topologies+=",1x$$gpus"
+endef
+
 bench-single: TOPOLOGIES ?= 1x1
 bench-single: REPEATS ?= 1
 bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
@@ -256,8 +264,8 @@ bench-single: gpu-ready ## one GPU of this node in autocast bf16 (fp16 where the
 
 bench-multigpu: REPEATS ?= 1
 bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
-bench-multigpu: gpu-ready ## one GPU and all GPUs of this node (1x1, 1xN): as bench-single
-	@gpus=$$(scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR"); topologies=1x1; [ "$$gpus" = 1 ] || topologies+=",1x$$gpus"; \
+bench-multigpu: gpu-ready ## 1, 2, 4... and all GPUs of this node (1x1, 1x2, 1x4, ..., 1xN): as bench-single
+	@gpus=$$(scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR"); $(gpu_ladder); \
 	$(gpu_launcher); \
 	$(matrix_run)
 

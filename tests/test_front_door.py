@@ -126,6 +126,15 @@ def test_strict_fp32_is_a_setting_away_and_cpu_targets_keep_it(fake_venv, tmp_pa
     assert flag(own, "--precisions") == "fp32" and trainer == ["--steps", "10"]
 
 
+@pytest.mark.parametrize("gpus,topologies", [
+    (1, "1x1"), (2, "1x1,1x2"), (3, "1x1,1x2,1x3"), (4, "1x1,1x2,1x4"),
+    (6, "1x1,1x2,1x4,1x6"), (8, "1x1,1x2,1x4,1x8"), (16, "1x1,1x2,1x4,1x8,1x16")])
+def test_bench_multigpu_runs_the_powers_of_two_up_to_every_gpu(gpus, topologies, fake_venv,
+                                                               tmp_path):
+    own, _, _ = matrix_call(fake_venv, "bench-multigpu", env=gpu_host(tmp_path, gpus))
+    assert flag(own, "--topologies") == topologies
+
+
 @pytest.fixture
 def node_env(tmp_path) -> Path:
     """A node settings file whose BENCH_ARGS turn channels-last off."""
