@@ -387,11 +387,14 @@ def training(records) -> list[dict]:
 
 
 def training_headline(rec: dict) -> str:
-    """A training job's one line (the trainer's last, the matrix's): its samples/s, and
-    for 2+ epochs the steady state after the first epoch."""
+    """A training job's one line (the trainer's last, the matrix's): its samples/s, for
+    2+ epochs the steady state after the first epoch, and what ``--precision auto`` chose."""
     rate, steady = rec.get("samples_per_s"), rec.get("samples_per_s_steady")
     text = "no samples/s measured" if rate is None else f"{rate:.1f} samples/s"
-    return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "")
+    asked = ((rec.get("config") or {}).get("precision") or {}).get("precision")
+    chose = f" (auto: {rec['precision']})" if asked == "auto" and rec.get("precision") else ""
+    return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "") \
+        + chose
 
 
 def link_sweeps(records) -> list[dict]:

@@ -140,6 +140,9 @@ def test_auto_on_cpu_trains_fp32_and_the_record_keeps_what_was_asked(tmp_path):
     assert rec["config_hash"] == asked.hash() != \
         TrainConfig.from_args([*argv, "--precision", "fp32"]).hash()
     assert FIELDS["precision"](rec) == "fp32", "tables show what ran"
+    assert record.training_headline(rec).endswith(" samples/s (auto: fp32)")
+    rec["config"]["precision"]["precision"] = "fp32"
+    assert record.training_headline(rec).endswith(" samples/s"), "as asked: nothing to say"
 
 
 @pytest.mark.parametrize("name,dtype,scaled", [("fp32", None, False), ("tf32", None, False),
