@@ -80,6 +80,14 @@ bench-single bench-multigpu: STEPS ?= 50
 bench-cpu: MODEL ?= resnet18
 bench-cpu: BATCH_SIZES ?= 32 64
 bench-cpu: STEPS ?= 10
+# The GPU targets train as a lab does on GPUs (issue 28): autocast mixed precision,
+# PRECISION=auto (bf16 where every GPU of the job has it natively, else fp16 with a
+# GradScaler), in the channels-last memory format (gpu_workload, below). Strict fp32 as
+# before: PRECISION=fp32 MATRIX_ARGS=--no-channels-last (node-up: --no-channels-last in
+# BENCH_ARGS). node-up on PROFILE=cpu and every other target keep fp32. Before PRECISION's
+# own default: a target's `?=` applies only where the variable is not defined yet.
+bench-single bench-multigpu bench-multinode: PRECISION ?= auto
+node-up: PRECISION ?= $(if $(filter cpu,$(PROFILE)),fp32,auto)
 PRECISION ?= fp32
 EPOCHS ?= 1
 CPU_IMAGE_SIZE ?= 32
@@ -87,7 +95,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler accept bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
+        gpu-ready bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler accept bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -177,10 +185,19 @@ sys.stdout.write("\0".join(shlex.split(read_env_file(Path(sys.argv[1])).get("BEN
 endef
 export split_bench_args
 
-node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|cpu; NODE_RANK=i)
+# The trainer flags of the GPU targets (bench-single, bench-multigpu, bench-multinode, and
+# node-up on the gpu and gpu-ib profiles), in the shell array `workload_extra`: the trainers
+# must see CUDA, and train channels-last. They come before MATRIX_ARGS and BENCH_ARGS,
+# whose flags win (a flag's last value counts): --no-channels-last turns it off.
+gpu_workload = workload_extra=(--device cuda --channels-last)
+
+# The trainer flags: PRECISION, the GPU profiles' gpu_workload, then BENCH_ARGS (the job's
+# own flags win over the target's defaults).
+node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|gpu-ib|cpu; NODE_RANK=i); GPU profiles: PRECISION (auto), channels-last
 	@$(pick_image); mapfile -d '' -t bench_args < <($(PY) -c "$$split_bench_args" "$$MK_NODE_ENV"); \
+	workload_extra=(); [ "$$MK_PROFILE" = cpu ] || $(gpu_workload); \
 	$(PY) -m bench compose --profile "$$MK_PROFILE" --env-file "$$MK_NODE_ENV" --only-this-node \
-	  --image "$$image" -- "$${bench_args[@]}"
+	  --image "$$image" -- --precision "$$MK_PRECISION" "$${workload_extra[@]}" "$${bench_args[@]}"
 
 show_results = $(PY) -m bench table "$$MK_RESULTS" && $(PY) -m bench report "$$MK_RESULTS"; \
   echo "results: $$MK_RESULTS"
@@ -220,24 +237,35 @@ failed=0; $(matrix_jobs); \
 $(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 endef
 MODE ?= steps
-gpu_launcher = launcher=(--launcher compose); workload_extra=(--device cuda)
+gpu_launcher = launcher=(--launcher compose); $(gpu_workload)
 $(call image_settings,bench-single bench-multigpu,$$(IMAGE),$$(NODE_ENV),gpu)
+
+# What bench-single and bench-multigpu need before their matrix: Docker gives containers a
+# GPU the image's torch can use (else one line naming the missing piece, before any build),
+# and the GPU image is built.
+gpu-ready:
+	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
+	@$(MAKE) --no-print-directory build venv
+
+# The topologies of bench-multigpu, from the shell variable `gpus` (scripts/check-gpu.sh's
+# count) in the shell variable `topologies`: 1x1, 1x2, 1x4... (the powers of two below the
+# count), then 1xN, all of this node's GPUs.
+define gpu_ladder
+topologies=1x1; for ((n = 2; n < gpus; n *= 2)); do topologies+=",1x$$n"; done; \
+[ "$$gpus" = 1 ] || topologies+=",1x$$gpus"
+endef
 
 bench-single: TOPOLOGIES ?= 1x1
 bench-single: REPEATS ?= 1
 bench-single: RESULTS ?= results/single-$(RUN_TAG).jsonl
-bench-single: ## one GPU of this node: MODEL, BATCH_SIZES, STEPS (or MODE=epochs EPOCHS), PRECISION, REPEATS
-	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
-	@$(MAKE) --no-print-directory build venv
+bench-single: gpu-ready ## one GPU of this node in autocast bf16 (fp16 where the GPU lacks it), channels-last: MODEL, BATCH_SIZES, STEPS (or MODE=epochs EPOCHS), PRECISION (auto; strict fp32: PRECISION=fp32 MATRIX_ARGS=--no-channels-last), REPEATS
 	@$(gpu_launcher); \
 	$(matrix_run)
 
 bench-multigpu: REPEATS ?= 1
 bench-multigpu: RESULTS ?= results/multigpu-$(RUN_TAG).jsonl
-bench-multigpu: ## one GPU and all GPUs of this node (1x1, 1xN): as bench-single
-	@scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR" >/dev/null
-	@$(MAKE) --no-print-directory build venv
-	@gpus=$$(scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR"); topologies=1x1; [ "$$gpus" = 1 ] || topologies+=",1x$$gpus"; \
+bench-multigpu: gpu-ready ## 1, 2, 4... and all GPUs of this node (1x1, 1x2, 1x4, ..., 1xN): as bench-single
+	@gpus=$$(scripts/check-gpu.sh "$$MK_TORCH_FLAVOUR"); $(gpu_ladder); \
 	$(gpu_launcher); \
 	$(matrix_run)
 
@@ -311,10 +339,10 @@ bench-multinode: RESULTS ?= results/multinode-$(RUN_TAG).jsonl
 bench-multinode: export BENCH_LAUNCHER_HOSTS = $(HOSTS)
 bench-multinode: export BENCH_LAUNCHER_RUNTIME = $(RUNTIME)
 $(call image_settings,bench-multinode,$$(IMAGE),$$(BENCH_ENV_FILE),gpu)
-bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native)
+bench-multinode: venv ## the matrix across HOSTS=h1,h2[,...] over SSH, one node per host (RUNTIME=compose|native), on GPUs as bench-single
 	@[ -n "$$MK_HOSTS" ] || { echo "bench-multinode: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }
 	@$(check_hosts)
-	@launcher=(--launcher ssh); \
+	@launcher=(--launcher ssh); $(gpu_workload); \
 	$(matrix_run)
 
 # Acceptance (issue 27): HOSTS=h1,h2[,...] over SSH, one node per host with GPUS_PER_NODE

@@ -2,7 +2,10 @@
 
 Every field is a CLI flag (see ``bench.options``). ``TrainConfig.from_args`` parses the
 command line, validates every section and resolves the ``auto`` defaults (device, backend,
-image size, class count), so what the record stores is what actually ran.
+image size, class count), so what the record stores is what actually ran. ``--precision
+auto`` is the exception: it depends on every GPU of the job, so the ranks resolve it once the
+job has formed (``bench.rank.precision``) into the record's own ``precision``, and the config
+keeps ``auto``, as asked.
 """
 from __future__ import annotations
 
@@ -32,7 +35,10 @@ from bench.paths import check_writable_file
 from bench.units import parse_size
 
 DATA_SOURCES = ("synthetic", "fashion-mnist", "imagefolder", "cifar10")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+# What a job's steps run in; ``auto`` is resolved to one of them on the ranks, once the job
+# has formed and every GPU is known (bench.rank.precision): the record's ``precision``.
+TRAINED_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("auto", *TRAINED_PRECISIONS)
 DEVICES = ("auto", "cuda", "cpu")
 MANIFEST_CHECKS = ("all", "sample", "off")
 # Where an image folder's JPEGs are decoded: by PIL in the loader's worker processes, or in
@@ -211,7 +217,9 @@ class PrecisionConfig:
     """Numeric precision and compiler switches."""
 
     precision: str = option("fp32", "fp32 (tf32 off), tf32, bf16 or fp16 autocast "
-                            "(fp16 uses a GradScaler)", choices=PRECISIONS)
+                            "(fp16 uses a GradScaler), or auto: bf16 where every GPU of the "
+                            "job has it natively (compute capability 8.0 or later), else "
+                            "fp16; fp32 on CPU", choices=PRECISIONS)
     channels_last: bool = option(False, "use the channels-last memory format")
     compile: bool = option(False, "wrap the model in torch.compile")
 

@@ -387,12 +387,14 @@ def training(records) -> list[dict]:
 
 
 def training_headline(rec: dict) -> str:
-    """A training job's one line (the trainer's last, the matrix's): its samples/s, and
-    for 2+ epochs the steady state after the first epoch."""
+    """A training job's one line (the trainer's last, the matrix's): its samples/s, for
+    2+ epochs the steady state after the first epoch, and what ``--precision auto`` chose."""
     rate, steady = rec.get("samples_per_s"), rec.get("samples_per_s_steady")
     text = "no samples/s measured" if rate is None else f"{rate:.1f} samples/s"
+    asked = ((rec.get("config") or {}).get("precision") or {}).get("precision")
+    chose = f" (auto: {rec['precision']})" if asked == "auto" and rec.get("precision") else ""
     return text + (f" ({steady:.1f} after the first epoch)" if steady is not None else "") \
-        + _decode_hint(rec)
+        + chose + _decode_hint(rec)
 
 
 # The share of the step a GPU may wait on its loader before the line suggests decoding
@@ -503,6 +505,9 @@ def train_skeleton(cfg) -> dict:
         # Known from the start, so a row that ends before training (an OOM while building
         # the model, a node lost at start) still says which strategy it was.
         "strategy": cfg.distributed.strategy,
+        # What the steps ran in, once the ranks have resolved it (--precision auto) and
+        # checked that every GPU has it; null where the job ended before that.
+        "precision": None,
         "world_size": None,
         "batch_size_per_device": cfg.data.batch_size,
         "global_batch_size": None,

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.config import DistributedConfig, ModelConfig, PrecisionConfig  # noqa: E402
+from bench.config import TRAINED_PRECISIONS, DistributedConfig, ModelConfig  # noqa: E402
 from bench.rank.clock import StepClock  # noqa: E402
 from bench.rank.distributed import DistContext  # noqa: E402
 from bench.rank.loop import Precision, Trainer  # noqa: E402
@@ -52,7 +52,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="bf16")
+    parser.add_argument("--precision", choices=TRAINED_PRECISIONS, default="bf16")
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds")
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = build_model(ModelConfig(model=args.model, image_size=args.image_size), 1000)
     model = model.to(device, memory_format=fmt)
-    precision = Precision.setup(PrecisionConfig(precision=args.precision,
-                                                channels_last=args.channels_last), device)
+    precision = Precision.setup(args.precision, device)
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
                          device=device).contiguous(memory_format=fmt)
     labels = torch.randint(0, 1000, (args.batch_size,), device=device)

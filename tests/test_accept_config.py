@@ -97,6 +97,14 @@ def test_kubernetes_renders_every_job_of_the_acceptance(tmp_path, capsys):
     assert not (tmp_path / "acc").exists()     # a dry run starts and writes nothing
 
 
+def test_the_job_stage_trains_in_mixed_precision_that_every_gpu_runs():
+    """--precision bf16 now fails on a GPU without it (a V100, a T4): the job stage asks
+    auto, which is bf16 where the GPUs have it and fp16 elsewhere."""
+    gpu = accept.job_workload("cuda")
+    assert gpu[gpu.index("--precisions") + 1] == "auto"
+    assert "--precisions" not in accept.job_workload("cpu"), "the CPU workload stays fp32"
+
+
 def _faults_script():
     import importlib.util
     import sys

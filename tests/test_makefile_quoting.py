@@ -70,6 +70,7 @@ INJECTIONS = [
     ("bench-comm", "MAX_SIZE", "1MiB;touch {m}", "--max-size", []),
     ("settings", "PROFILE", "cpu;touch {m}", "PROFILE", []),
     ("node-up", "PROFILE", "gpu;touch {m}", "--profile", []),
+    ("node-up", "PRECISION", "auto;touch {m}", "--precision", []),
     ("dataset", "DATASET", "x;touch {m}", "dataset", []),
     ("dataset", "SRC", "/nonexistent;touch {m}", "--src", ["DATASET=cifar10"]),
     ("wheels", "TORCH_FLAVOUR", "x;touch {m}", "TORCH_FLAVOUR", []),
@@ -138,6 +139,8 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("dataset", "EXPORT_DIR", "dataset", "--export", ["SRC=/src"]),
     ("settings", "PROFILE", "settings", "--profile", []),
     ("node-up", "IMAGE", "compose", "--image", []),
+    ("node-up", "PRECISION", "compose", "--precision", []),
+    ("bench-multinode", "PRECISION", "matrix", "--precisions", ["HOSTS=h1,h2"]),
 ])
 def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, extra, marker,
                                                  fake_venv, tmp_path):

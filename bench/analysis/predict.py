@@ -114,7 +114,7 @@ def setup_key(rec: dict) -> tuple:
     cfg = rec.get("config", {})
     key = (cfg.get("model", {}).get("model"), cfg.get("model", {}).get("image_size"),
            rec.get("batch_size_per_device"), cfg.get("distributed", {}).get("grad_accum"),
-           cfg.get("precision", {}).get("precision"), rec.get("nproc_per_node"),
+           FIELDS["precision"](rec), rec.get("nproc_per_node"),
            FIELDS["strategy"](rec), FIELDS["variant"](rec))
     return (*key, rec.get("comm_hook"))
 

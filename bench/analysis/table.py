@@ -45,13 +45,20 @@ def variant(rec: dict) -> str:
         ("+channels-last" if precision.get("channels_last") else "")
 
 
+def precision_of(rec: dict) -> object:
+    """What the steps ran in: the record's ``precision`` (``--precision auto`` resolved on
+    the ranks), else, in older records and jobs that ended before the ranks chose, the
+    config's (as asked)."""
+    return rec.get("precision") or _cfg("precision", "precision")(rec)
+
+
 # The vocabulary of --group-by and --where: one extractor per field.
 FIELDS: dict[str, Callable[[dict], object]] = {
     "batch": lambda r: r.get("batch_size_per_device"),
     "model": _cfg("model", "model"),
     "data": _cfg("data", "data"),
     "mode": lambda r: r.get("mode"),
-    "precision": _cfg("precision", "precision"),
+    "precision": precision_of,
     "backend": _cfg("distributed", "backend"),
     "comm_hook": lambda r: r.get("comm_hook"),
     # Records from before --strategy existed were all DDP.

@@ -192,7 +192,8 @@ def parser(prog: str) -> OneLineErrorParser:
     p.add_argument("--batch-sizes", help="per-device batch sizes, e.g. 64,128 (default: 64)")
     p.add_argument("--topologies", default="1x1", help="NODESxGPUS list, e.g. 1x1,1x2,2x1")
     p.add_argument("--models", help="comma-separated models (default: resnet18)")
-    p.add_argument("--precisions", help="comma-separated precisions (default: fp32)")
+    p.add_argument("--precisions", help="comma-separated: auto (bf16 where every GPU has "
+                   "it, else fp16; fp32 on CPU), fp32, tf32, bf16, fp16 (default: fp32)")
     p.add_argument("--backends", default="auto", help="comma-separated: auto, nccl, gloo")
     p.add_argument("--comm-hooks", help="comma-separated gradient hooks: none, fp16, bf16, "
                    "powersgd (default: none)")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from bench.config import PrecisionConfig, ScheduleConfig
+from bench.config import ScheduleConfig
 from bench.rank.breakdown import StepParts
 from bench.rank.clock import Mark, StepClock
 from bench.rank.data import Batch, DataBundle
@@ -32,16 +32,18 @@ class Precision:
     scaler: torch.amp.GradScaler
 
     @classmethod
-    def setup(cls, cfg: PrecisionConfig, device: torch.device) -> Precision:
-        tf32 = cfg.precision == "tf32"
+    def setup(cls, precision: str, device: torch.device) -> Precision:
+        """``precision``: what the job trains in (``auto`` already resolved, by
+        ``bench.rank.precision``)."""
+        tf32 = precision == "tf32"
         # fp32 means true fp32: tf32 tensor-core math is opted into, never implied.
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         # Every step has the same shapes: let cuDNN time its algorithms once and keep the
         # fastest (the warm-up steps absorb the search). Recorded as cudnn_benchmark.
         torch.backends.cudnn.benchmark = device.type == "cuda"
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-        scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         return cls(device.type, dtype, scaler)
 
     def autocast(self):

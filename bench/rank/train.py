@@ -28,6 +28,7 @@ from bench.rank.loop import (
     run_steps,
 )
 from bench.rank.models import MODELS, build_model, flops_per_sample, parameter_count
+from bench.rank.precision import resolve_precision
 from bench.rank.traffic import GradientTraffic, observes_timed_steps, shard_model, wrap_model
 from bench.units import parse_size
 
@@ -147,6 +148,8 @@ def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimiz
 
 def measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     """Build everything, train, and fill ``rec`` with the figures. Raises on failure."""
+    # First: a precision this job's GPUs cannot run fails it before anything is read or built.
+    rec["precision"] = resolve_precision(cfg.precision.precision, ctx)
     rec["global_batch_size"] = cfg.data.batch_size * cfg.distributed.grad_accum * ctx.world_size
     if cfg.data.data_dir is not None:
         rec["dataset_manifest_sha256"] = verify_dataset(cfg, ctx)
@@ -201,12 +204,13 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
     if cfg.precision.compile:
         wrapped = torch.compile(wrapped)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.schedule.lr, momentum=0.9)
-    precision = Precision.setup(cfg.precision, ctx.device)
+    precision = Precision.setup(rec["precision"], ctx.device)
     rec["cudnn_benchmark"] = torch.backends.cudnn.benchmark
     trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
     samples_per_step = rec["global_batch_size"]
     if ctx.is_leader:
-        print(f"[bench] {cfg.model.model} on {ctx.world_size} x {ctx.device.type}, global batch "
+        print(f"[bench] {cfg.model.model} on {ctx.world_size} x {ctx.device.type} in "
+              f"{rec['precision']}, global batch "
               f"{samples_per_step} samples/step, {rec['param_count']:,} parameters",
               file=sys.stderr, flush=True)
     sampler, no_telemetry = telemetry.sampler_for(ctx.device, cfg.schedule.telemetry_interval) \
@@ -258,7 +262,7 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
                                grad_bytes_per_step=per_step[0],
                                allreduce_calls_per_step=per_step[1],
                                flops_per_sample=fps, device_names=device_names,
-                               precision=cfg.precision.precision))
+                               precision=rec["precision"]))
     rec.update(summary.communication(result, ctx, rec["grad_bytes_per_step"]))
     links = linkprobe.probe(ctx, int(cfg.schedule.link_probe_mib * 2**20)) \
         if ctx.world_size > 1 else None
