@@ -9,7 +9,6 @@ import shutil
 import string
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -167,12 +166,14 @@ def _free_port_base() -> int:
 
 
 def test_a_native_job_listens_on_loopback_only_and_leaves_no_temp_files(tmp_path):
-    temp = Path(tempfile.gettempdir())
-    before = {p.name for p in temp.iterdir()}
+    # A temporary directory of its own: under two workers another test's jobs come and go
+    # in the shared one, and only this job's litter is this test's business.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     results = tmp_path / "runs.jsonl"
     env = {k: v for k, v in os.environ.items()
            if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
-    env.update(OMP_NUM_THREADS="1", NCCL_FOO_TOKEN=SECRET)
+    env.update(OMP_NUM_THREADS="1", NCCL_FOO_TOKEN=SECRET, TMPDIR=str(temp))
     matrix = subprocess.Popen(
         [sys.executable, "-m", "bench", "matrix", "--launcher", "native", "--topologies",
          "2x1", "--batch-sizes", "8", "--models", "smallcnn", "--results", str(results),
@@ -198,7 +199,7 @@ def test_a_native_job_listens_on_loopback_only_and_leaves_no_temp_files(tmp_path
     assert "NCCL_FOO_TOKEN" not in rec["env"]["comm_env"]
     logs = [p for p in (results.parent / "logs").rglob("*") if p.is_file()]
     assert logs and not [p for p in [results, *logs] if SECRET in p.read_text()]
-    left = sorted({p.name for p in temp.iterdir()} - before)
+    left = sorted(p.name for p in temp.iterdir())
     assert not [name for name in left if name.startswith(("torchelastic_", "bench-job-"))], left
 
 
