@@ -75,6 +75,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench import record
+from bench.analysis import envelope
 from bench.analysis.prediction import (
     Lever,
     Link,
@@ -409,7 +410,9 @@ def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
     for row in predictions(repeats, links, nodes, measured):
         by_setup.setdefault(row.setup, []).append(row)
     for key, rows in by_setup.items():
-        lines += ["", *_setup_lines(key, repeats[key]), band_source(len(repeats[key]), links),
+        caveat = envelope.line(median_repeat(repeats[key]), link.rate_bps, nodes)
+        lines += ["", *_setup_lines(key, repeats[key]), *([caveat] if caveat else []),
+                  band_source(len(repeats[key]), links),
                   "", "| nodes | step ms [band] | samples/s [band] | speedup | efficiency | "
                   "all-reduce ms | hidden | compute later ms | measured samples/s | "
                   "measured/predicted | measured vs band |",

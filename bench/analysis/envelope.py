@@ -1,0 +1,86 @@
+"""What the prediction has been checked on, and where a run lies outside it.
+
+``make bench-accuracy`` (scripts/prediction_accuracy.py) measures the prediction against
+emulated nodes; its reference run (results/reference/emulated-accuracy/README.md) is the
+only ground the model's accuracy claim stands on. A prediction from a run unlike it (another
+model or batch, a CPU budget it was not run at, a real network, GPUs) may still be right,
+but nothing has shown it: ``bench predict`` says so beside the figures instead of printing
+them with the reference run's confidence (issue 29). Records in, words out: no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from bench.units import format_rate
+
+WHERE = "results/reference/emulated-accuracy/README.md"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Envelope:
+    """The conditions of the accuracy check: one workload, on emulated hosts."""
+
+    model: str = "mlp"
+    mlp_shape: tuple[int, int] = (1024, 4)     # width, depth
+    batch: int = 16
+    cpu_share: float = 0.5                     # CPUs per emulated host
+    backend: str = "gloo"
+    link_bps: tuple[float, float] = (1e9, 5e9)
+    nodes: tuple[int, int] = (2, 4)
+
+    def text(self) -> str:
+        return (f"the {self.model.upper()} {self.mlp_shape[0]}x{self.mlp_shape[1]} at batch "
+                f"{self.batch}, {self.backend} on emulated hosts of {self.cpu_share:g} CPU, "
+                f"{self.link_bps[0] / 1e9:g}-{self.link_bps[1] / 1e9:g} Gbit/s, "
+                f"{self.nodes[0]}-{self.nodes[1]} nodes")
+
+
+CHECKED = Envelope()
+
+
+def outside(rec: dict, link_bps: float | None, nodes: list[int],
+            envelope: Envelope = CHECKED) -> list[str]:
+    """How the one-node run ``rec`` and the asked link and node counts differ from what the
+    prediction was checked on; empty where they do not."""
+    config = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    distributed = config.get("distributed") if isinstance(config.get("distributed"),
+                                                          dict) else {}
+    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+    link = env.get("link") if isinstance(env.get("link"), dict) else {}
+    found = []
+    name = model.get("model")
+    if name != envelope.model:
+        found.append(f"model {name}")
+    elif (model.get("mlp_width"), model.get("mlp_depth")) != envelope.mlp_shape:
+        found.append(f"the MLP {model.get('mlp_width')}x{model.get('mlp_depth')}")
+    if rec.get("batch_size_per_device") != envelope.batch:
+        found.append(f"batch {rec.get('batch_size_per_device')}")
+    backend = distributed.get("backend")
+    if env.get("driver") is not None:          # set where the run had a GPU
+        found.append("GPUs")
+    elif backend not in (envelope.backend, "auto"):
+        found.append(f"backend {backend}")
+    if link.get("kind") != "emulated":
+        found.append("a real network")
+    elif link.get("cpu_share") != envelope.cpu_share:
+        share = link.get("cpu_share")
+        found.append(f"{share:g} CPU per host" if isinstance(share, (int, float))
+                     else "hosts with no CPU budget")
+    low, high = envelope.link_bps
+    if link_bps is not None and not low <= link_bps <= high:
+        found.append(f"a {format_rate(link_bps)} link")
+    far = [n for n in nodes if not envelope.nodes[0] <= n <= envelope.nodes[1]]
+    if far:
+        found.append(f"{', '.join(map(str, far))} nodes")
+    return found
+
+
+def line(rec: dict, link_bps: float | None, nodes: list[int]) -> str | None:
+    """The caveat beside a setup's predictions, or None inside the checked conditions."""
+    found = outside(rec, link_bps, nodes)
+    if not found:
+        return None
+    return (f"outside what the prediction was checked on ({CHECKED.text()}; {WHERE}): "
+            f"{', '.join(found)}. Read these figures as the model's estimate, not as "
+            "checked ones; a multi-node run on this setup checks them (measured/predicted)")

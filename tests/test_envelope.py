@@ -1,0 +1,89 @@
+"""``bench predict`` says when a run lies outside what the prediction was checked on (issue
+29): the reference accuracy run's own records are inside; a run unlike them names each
+difference beside its figures."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import record
+from bench.analysis import envelope
+from tests.conftest import REPO
+
+ACCURACY = REPO / "results" / "reference" / "emulated-accuracy"
+
+
+def _reference_run() -> dict:
+    return next(r for r in record.load(ACCURACY / "1gbit.jsonl") if r["nnodes"] == 1)
+
+
+@pytest.mark.parametrize("rate", [1e9, 5e9])
+def test_the_reference_runs_are_inside(rate):
+    for rec in record.load(ACCURACY / f"{int(rate / 1e9)}gbit.jsonl"):
+        assert envelope.outside(rec, rate, [2, 3, 4]) == []
+        assert envelope.line(rec, rate, [2, 3, 4]) is None
+
+
+def _changed(**changes) -> dict:
+    rec = copy.deepcopy(_reference_run())
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = rec
+        for name in parents:
+            node = node[name]
+        node[leaf] = value
+    return rec
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"config__model__model": "resnet18"}, "model resnet18"),
+    ({"config__model__mlp_width": 512}, "the MLP 512x4"),
+    ({"batch_size_per_device": 64}, "batch 64"),
+    ({"env__link__cpu_share": 1.0}, "1 CPU per host"),
+    ({"env__link__cpu_share": None}, "hosts with no CPU budget"),
+    ({"env__link__kind": "measured"}, "a real network"),
+    ({"env__driver": "580.95"}, "GPUs"),
+])
+def test_each_difference_is_named(changes, words):
+    found = envelope.outside(_changed(**changes), 1e9, [2])
+    assert found == [words]
+    text = envelope.line(_changed(**changes), 1e9, [2])
+    assert words in text and "not as checked ones" in text and envelope.WHERE in text
+
+
+def test_a_link_or_node_count_past_the_checked_ones_is_named():
+    rec = _reference_run()
+    assert envelope.outside(rec, 10e9, [2, 8]) == ["a 10 Gbit/s link", "8 nodes"]
+    assert envelope.outside(rec, None, [3]) == []   # a measured link of unknown rate
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12))
+def test_any_record_shape_gives_words_not_an_error(junk):
+    rec = junk if isinstance(junk, dict) else {"config": junk, "env": junk}
+    found = envelope.outside(rec, 1e9, [2])
+    assert all(isinstance(word, str) for word in found)
+
+
+def test_the_cli_prints_the_caveat_beside_an_unchecked_setup(tmp_path):
+    one = _changed(**{"config__model__model": "resnet18", "env__link__cpu_share": 1.0})
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps(one) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(results), "--link",
+                           "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (caveat,) = [li for li in proc.stdout.splitlines() if li.startswith("outside what")]
+    assert "model resnet18, 1 CPU per host" in caveat
+    inside = tmp_path / "inside.jsonl"
+    inside.write_text(json.dumps(_reference_run()) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "predict", str(inside), "--link",
+                           "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "outside what" not in proc.stdout
