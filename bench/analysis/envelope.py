@@ -38,16 +38,20 @@ class Envelope:
 CHECKED = Envelope()
 
 
+def _part(parent: dict, name: str) -> dict:
+    """``parent[name]`` where it is an object, else an empty one: any record is read."""
+    value = parent.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def outside(rec: dict, link_bps: float | None, nodes: list[int],
             envelope: Envelope = CHECKED) -> list[str]:
     """How the one-node run ``rec`` and the asked link and node counts differ from what the
     prediction was checked on; empty where they do not."""
-    config = rec.get("config") if isinstance(rec.get("config"), dict) else {}
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    distributed = config.get("distributed") if isinstance(config.get("distributed"),
-                                                          dict) else {}
-    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
-    link = env.get("link") if isinstance(env.get("link"), dict) else {}
+    config = _part(rec, "config")
+    model, distributed = _part(config, "model"), _part(config, "distributed")
+    env = _part(rec, "env")
+    link = _part(env, "link")
     found = []
     name = model.get("model")
     if name != envelope.model:
