@@ -198,7 +198,9 @@ def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
     sweep, runs = fake_venv.bench_calls("matrix")
     assert sweep[sweep.index("--results") + 1] == "out/a b-comm.jsonl"
     assert runs[runs.index("--results") + 1] == "out/a b.jsonl"
-    assert runs[runs.index("--repeats") + 1] == "2"  # the target's own default
+    assert runs[runs.index("--repeats") + 1] == "3"  # the target's own default
+    # Run as the accuracy benchmark runs its cells (issue 29): interleaved, and says so.
+    assert "--interleave" in runs[:runs.index("--")]
 
 
 def test_bench_straggler_passes_each_setting_whole_with_its_defaults(fake_venv, marker):
