@@ -46,7 +46,7 @@ def _changed(**changes) -> dict:
     ({"config__model__mlp_width": 512}, "the MLP 512x4"),
     ({"batch_size_per_device": 64}, "batch 64"),
     ({"env__link__cpu_share": 1.0}, "1 CPU per host"),
-    ({"env__link__cpu_share": None}, "hosts with no CPU budget"),
+    ({"env__link__cpu_share": None}, "hosts whose CPU share the record does not say"),
     ({"env__link__kind": "measured"}, "a real network"),
     ({"env__driver": "580.95"}, "GPUs"),
 ])

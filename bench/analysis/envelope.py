@@ -70,7 +70,7 @@ def outside(rec: dict, link_bps: float | None, nodes: list[int],
     elif link.get("cpu_share") != envelope.cpu_share:
         share = link.get("cpu_share")
         found.append(f"{share:g} CPU per host" if isinstance(share, (int, float))
-                     else "hosts with no CPU budget")
+                     else "hosts whose CPU share the record does not say")
     low, high = envelope.link_bps
     if link_bps is not None and not low <= link_bps <= high:
         found.append(f"a {format_rate(link_bps)} link")
