@@ -206,3 +206,17 @@ def test_the_steady_state_leaves_the_first_epoch_out(epochs):
     assert steady == pytest.approx(len(later) * 8 / sum(later))
     # The cold step weighs on the whole run's figure only: the steady state is faster.
     assert steady > 2 * figures["samples_per_s"]
+
+
+@pytest.mark.parametrize("device, hook, powersgd_warmup, expected", [
+    ("cuda", "none", 5, 3),       # a GPU's first steps after wrapping run slow: three
+    ("cuda", "powersgd", 5, 8),   # then PowerSGD's plain steps, so compression is counted
+    ("cpu", "none", 5, 1),        # CPU: as the accuracy check ran
+    ("cpu", "powersgd", 4, 5),
+    ("mps", "fp16", 5, 1),        # any other device: one, as before
+])
+def test_the_probe_warms_its_new_wrapper_up_before_it_observes(device, hook, powersgd_warmup,
+                                                               expected):
+    from bench.rank.train import probe_warmup_steps
+
+    assert probe_warmup_steps(device, hook, powersgd_warmup) == expected

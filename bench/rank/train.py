@@ -34,6 +34,19 @@ from bench.units import parse_size
 
 PROG = "bench train"
 TRAFFIC_PROBE_STEPS = 5   # one process: DDP steps observed for bytes and bucket timeline
+# Steps the probe runs under its new DDP wrapper before it observes any. On a GPU the first
+# steps after wrapping are slower (results/reference/gpu-h200/README.md, "The one-rank
+# probe's gap": the first round after wrapping 55.73 ms against 55.06 at batch 256, 33.17
+# against 30.28 at 128, one H200), and one warm-up step left that in the probe's timeline,
+# the step predict scales from. On CPU one step is what the accuracy check ran with.
+PROBE_WARMUP_STEPS = {"cuda": 3, "cpu": 1}
+
+
+def probe_warmup_steps(device_type: str, comm_hook: str, powersgd_warmup: int) -> int:
+    """The probe's untimed steps: the wrapper's own warm-up, then PowerSGD's plain ones, so
+    that what is counted is what it sends once compressing."""
+    return PROBE_WARMUP_STEPS.get(device_type, 1) + \
+        (powersgd_warmup if comm_hook == "powersgd" else 0)
 
 
 def peak_memory(ctx: distributed.DistContext) -> tuple[int, str, list[int]]:
@@ -132,8 +145,8 @@ def traffic_probe(cfg: TrainConfig, ctx: distributed.DistContext, model, optimiz
         # (set to None after each step), so the probe needs no memory training did not.
         wrapped = wrap_model(model, ctx, cfg.distributed, traffic, observe=True)
     trainer = Trainer(wrapped, optimizer, precision, data.to_device, cfg.distributed.grad_accum)
-    warmup = 1 + (cfg.distributed.powersgd_warmup
-                  if cfg.distributed.comm_hook == "powersgd" else 0)
+    warmup = probe_warmup_steps(ctx.device.type, cfg.distributed.comm_hook,
+                                cfg.distributed.powersgd_warmup)
     steps = max(TRAFFIC_PROBE_STEPS, cfg.schedule.comm_probe_steps)
     if ctx.is_leader:
         print(f"[bench] traffic probe: {steps} steps with the gradient all-reduce observed",
