@@ -1,0 +1,49 @@
+"""scripts/step_parts.py: each part of the N-node cells against the one-node cell, from the
+records' step breakdowns (issue 29's measurement of where the missing cost goes)."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+from bench import record
+from tests.conftest import REPO
+
+REFERENCE = REPO / "results" / "reference" / "gpu-h200" / "call2" / "trainer.jsonl"
+
+
+def _cell(base: dict, nodes: int, hook: str, backward_s: float) -> dict:
+    rec = copy.deepcopy(base)
+    rec.update(nnodes=nodes, comm_hook=hook)
+    for rank in rec["step_breakdown"]["ranks"]:
+        rank["parts"]["backward"]["p50"] = backward_s
+    return rec
+
+
+def test_each_part_is_set_against_one_node(tmp_path):
+    base = next(r for r in record.load(REFERENCE) if r.get("step_breakdown"))
+    rows = [_cell(base, 1, "none", 0.100), _cell(base, 1, "none", 0.104),
+            _cell(base, 2, "none", 0.130), _cell(base, 2, "none", 0.126),
+            _cell(base, 2, "powersgd", 0.150)]
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{torn\n")
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "runs.jsonl:6" in proc.stderr            # the torn line, skipped with its place
+    none = proc.stdout.split("## comm hook none")[1].split("## comm hook")[0]
+    header, _, one, two = [li for li in none.splitlines() if li.startswith("|")]
+    column = header.split("|").index(" backward ms ")
+    assert one.split("|")[2].strip() == "2"                       # repeats
+    assert one.split("|")[column].strip() == "102.0"
+    assert two.split("|")[column].strip() == "128.0 (+26.0)"
+    # A hook with no one-node cell of its own is its own baseline, not another hook's.
+    powersgd = proc.stdout.split("## comm hook powersgd")[1]
+    assert "150.0" in powersgd and "(+" not in powersgd and "(-" not in powersgd
+
+
+def test_a_missing_file_is_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(tmp_path / "none")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
