@@ -45,7 +45,7 @@ FAULTY = 2
 FAIR_QUOTA = 0.4
 # Small figures: each run measures in about a minute on two CPUs.
 RANK_FLAGS = ["--repeats", "5", "--memory-size", "16MiB", "--matmul-size", "192",
-              "--link-size", "4MiB", "--train-steps", "2", "--train-batch", "32"]
+              "--link-size", "4MiB", "--train-steps", "10", "--train-batch", "32"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
