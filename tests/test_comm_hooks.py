@@ -63,6 +63,7 @@ def test_bytes_per_step_reflect_the_hook(tmp_path, hook, extra, expected):
     assert all(ready <= issued <= timeline["step_s"] for ready, issued
                in zip(timeline["ready_s"], timeline["issued_s"], strict=True))
     assert timeline["serialized"] is (hook == "powersgd")
+    assert timeline["broadcast_bytes"] == [], "the MLP has no buffers to broadcast"
     assert rec["comm_probe_steps"] == 2 and rec["step_time_nosync_s"] > 0
 
 

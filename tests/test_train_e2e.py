@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+import torchvision
 
 from bench import manifest
 from bench.analysis import straggler
@@ -40,6 +41,11 @@ def test_synthetic_steps_two_processes(tmp_path):
     assert rec["bucket_timeline"]["steps"] == max(
         train.TRAFFIC_PROBE_STEPS, rec["config"]["schedule"]["comm_probe_steps"])
     assert rec["bucket_timeline"]["stamped_by"] == "host_clock"
+    # DDP broadcasts resnet18's BatchNorm buffers before each forward: one call per dtype.
+    buffers = list(torchvision.models.resnet18().buffers())
+    assert rec["bucket_timeline"]["broadcast_bytes"] == [
+        sum(b.numel() * b.element_size() for b in buffers if b.dtype == dtype)
+        for dtype in (torch.float32, torch.int64)]
     # No GPU: the telemetry is null with the reason, never a made-up value.
     assert rec["telemetry"] == {"source": None,
                                 "reason": "not a GPU run: NVML telemetry samples CUDA devices"}

@@ -20,7 +20,12 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   bytes costs each rank  a_cpu + b_cpu x 2(N-1)/N x m  CPU seconds, which it takes from
   backward while they overlap (at most a fair share of the CPUs), so backward ends later
   than r_last. At 1 Gbit this is small beside the wire time; at 5 Gbit on one CPU per node
-  it is most of it. On GPUs it is not charged.
+  it is most of it. On GPUs it is not charged;
+- a model with buffers (BatchNorm's running statistics) waits before each forward for DDP
+  to broadcast rank 0's buffers: one blocking collective per dtype (the record's
+  ``broadcast_bytes``), each charged the link's per-call latency a plus its bytes over
+  log2(N) tree levels. On one node it had no peer to wait for; on two emulated hosts at
+  5 Gbit/s it made resnet18's forward 14 ms longer (issue 29). The MLP has no buffers.
 
 Not modelled: ranks drifting apart between the all-reduces they share (PowerSGD has three
 per bucket), a small all-reduce waiting longer for a rank whose CPU is busy than the idle
@@ -452,7 +457,17 @@ def _setup_lines(key: tuple, recs: list[dict]) -> list[str]:
             f"measured on 1 node: {statistics.median(rates):.1f} samples/s ({which}); the "
             f"prediction starts from the median repeat's bucket timeline: median step "
             f"{timeline.step_s * 1e3:.1f} ms ({rec['global_batch_size'] / timeline.step_s:.1f}"
-            f" samples/s), {sum(timeline.sent_bytes) / 1e6:.2f} MB sent per step"]
+            f" samples/s), {sum(timeline.sent_bytes) / 1e6:.2f} MB sent per step"
+            + _broadcast_text(timeline)]
+
+
+def _broadcast_text(timeline: Timeline) -> str:
+    sizes = timeline.broadcast_bytes
+    if not sizes:
+        return ""
+    return (f"; {len(sizes)} buffer broadcast(s) before each forward ("
+            f"{sum(sizes) / 1e3:.1f} kB), each waited for at the link's per-call latency on "
+            "more nodes")
 
 
 def _prediction_row(row: Predicted) -> str:

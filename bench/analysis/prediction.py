@@ -97,6 +97,13 @@ class Link:
             seconds = a + (size_bytes - size_a) / (size_b - size_a) * (b - a)
         return max(0.0, seconds - self.latency_s) / size_bytes / (largest_s / largest)
 
+    def broadcast_s(self, size_bytes: float, nodes: int) -> float:
+        """One blocking broadcast from rank 0 (DDP's buffers before each forward): the
+        sweep's per-call latency, and the bytes once over each level of a tree of
+        ``nodes``. The buffers are small (kilobytes), so the latency is nearly all of it."""
+        levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+        return (self.latency_s + levels * size_bytes / self.busbw_Bps) if levels else 0.0
+
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
 
@@ -173,6 +180,9 @@ class Timeline:
     # The timeline's own times were measured at it; the link's CPU costs, in CPU seconds,
     # take 1 / share as long on such a node.
     cpu_share: float = 1.0
+    # DDP's broadcasts of rank 0's buffers before each forward, in bytes; records from
+    # before they were recorded have none, and are predicted without them.
+    broadcast_bytes: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, rec: dict) -> Timeline:
@@ -196,7 +206,7 @@ class Timeline:
         share = ((rec.get("env") or {}).get("link") or {}).get("cpu_share") or 1.0
         return cls(ready, tuple(timeline["sent_bytes"]), timeline["step_s"], calls, cpus,
                    issued, hook_s, done_last, bool(timeline.get("serialized")),
-                   min(1.0, max(share, 1e-3)))
+                   min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()))
 
     @property
     def handover_s(self) -> tuple[float, ...]:
@@ -223,8 +233,10 @@ class Timeline:
         r_last each) come first; the buckets are sent once, on the last."""
         shift = (micro_batches - 1) * self.ready_s[-1]
         moved = lambda times: tuple(r + shift for r in times) if times else times  # noqa: E731
+        # DDP broadcasts the buffers before every forward, the earlier micro-batches' too.
         return dataclasses.replace(self, ready_s=moved(self.ready_s),
                                    issued_s=moved(self.issued_s),
+                                   broadcast_bytes=self.broadcast_bytes * micro_batches,
                                    done_last_s=self.done_last_s and self.done_last_s + shift,
                                    step_s=self.step_s + shift)
 
@@ -270,6 +282,7 @@ class Prediction:
     comm_s: float          # the buckets' sync time (collectives and hook work), hidden or not
     exposed_s: float       # what the step waits for beyond its own compute
     stolen_s: float = 0.0  # how much later backward ends: CPU time taken from it, and waits
+    buffers_s: float = 0.0  # DDP's buffer broadcasts before the forward pass, waited for
 
     @property
     def hidden_share(self) -> float:
@@ -292,8 +305,11 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
         phases.append(((wire, cpu), (0.0, hook) if on_cpu else (hook, 0.0)))
     compute_end, comm_end, comm = _simulate(timeline, phases)
     exposed = max(0.0, comm_end - compute_end)
-    return Prediction(nodes, max(compute_end, comm_end) + timeline.tail_s, comm, exposed,
-                      compute_end - timeline.backward_end_s)
+    # The forward pass waits for each buffer broadcast, over the link, before it starts;
+    # on one node it had no peer (its local copy is inside the timeline already).
+    buffers = sum(link.broadcast_s(size, nodes) for size in timeline.broadcast_bytes)
+    return Prediction(nodes, buffers + max(compute_end, comm_end) + timeline.tail_s, comm,
+                      exposed, compute_end - timeline.backward_end_s, buffers)
 
 
 _EPS = 1e-12
