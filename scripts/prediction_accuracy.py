@@ -3,6 +3,8 @@
   python scripts/prediction_accuracy.py --links 1gbit,5gbit --nodes 2,3,4 --repeats 3 \
       --out results/accuracy-TAG        (root: network namespaces; see bench/host/netlab.py)
   python scripts/prediction_accuracy.py --out results/accuracy-TAG --analyse-only
+  python scripts/prediction_accuracy.py --links 5gbit --nodes 2 --model resnet18 \
+      --image-size 32 --batch-size 8 --hooks none,powersgd --out results/grid/resnet18-b8
 
 Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
 in each element type the hooks send),
@@ -11,13 +13,15 @@ the records: measured / predicted per hook and node count, written to accuracy.m
 matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's
 drift over the run reaches the one-node and the N-node cells alike.
 
-The workload is communication-bound on purpose: the deep & wide MLP at a small batch
+The default workload is communication-bound on purpose: the deep & wide MLP at a small batch
 sends its 16 MB of gradients every step, so the link, not the CPUs, sets the step. The
 machine has fewer CPUs than the largest job has nodes, so nodes share CPUs; every cell runs
 on the same number of emulated hosts (the netns launcher puts a one-node neighbour job on
 each host a smaller job leaves free), so every node of every cell, the one-node baseline
 included, computes on the same share of a CPU, and the records carry that share
-(env.link.cpu_share) for the predictor to run gloo's CPU work at.
+(env.link.cpu_share) for the predictor to run gloo's CPU work at. ``--model``,
+``--image-size``, ``--batch-size`` and the MLP's ``--mlp-width``/``--mlp-depth`` choose
+another workload, from compute-bound to link-bound: the grid of issue 29.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
+from bench.catalog import MODEL_NAMES  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, write_output  # noqa: E402
@@ -57,12 +62,14 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
               "--dtype", dtype])
-    _run([*bench, "--topologies", f"1x1,{many}", "--models", "mlp",
+    shape = ["--image-size", str(a.image_size)] if a.image_size else []
+    if a.model == "mlp":
+        shape += ["--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth)]
+    _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
           "--steps", str(a.steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
-          "--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth),
-          "--log-every", "0"])
+          *shape, "--log-every", "0"])
 
 
 def analyse(links: list[str], out: Path) -> str:
@@ -94,6 +101,10 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
                               ("steps", a.steps, 100_000)):
         require_range(value, flag, 1, high)
     parse_size(a.max_size, "--max-size")
+    if a.model not in MODEL_NAMES:
+        raise ConfigError("--model", a.model, f"choose one of {', '.join(MODEL_NAMES)}")
+    if a.image_size is not None:
+        require_range(a.image_size, "image_size", 8, 4096)
     return links, hooks, nodes
 
 
@@ -104,6 +115,9 @@ def main() -> int:
     p.add_argument("--nodes", default="2,3,4", help="node counts to measure (from 2)")
     p.add_argument("--hooks", default=",".join(COMM_HOOKS))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--model", default="mlp", help="the workload (default: the MLP)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input side in pixels (default: the model's own)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--mlp-width", type=int, default=1024)
     p.add_argument("--mlp-depth", type=int, default=4)

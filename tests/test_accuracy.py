@@ -2,6 +2,8 @@
 sweep over N nodes and from the 2-node sweep carried to N."""
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -152,6 +154,7 @@ def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
     (["--hooks", "none,zip"], "--hooks"), (["--nodes", "3,4"], "--nodes"),
     (["--repeats", "0"], "--repeats"), (["--max-size", "1x"], "--max-size"),
     (["--analyse-only"], "results"),       # nothing measured there yet
+    (["--model", "resnet9000"], "--model"), (["--image-size", "4"], "--image-size"),
 ])
 def test_the_script_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path, args,
                                                                          setting):
@@ -163,3 +166,36 @@ def test_the_script_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path,
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and setting in lines[0], proc.stderr
     assert not out.exists()
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "prediction_accuracy", REPO / "scripts" / "prediction_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("model, image_size, shape", [
+    ("resnet18", 32, ["--image-size", "32"]),
+    ("mlp", None, ["--mlp-width", "512", "--mlp-depth", "8"]),
+])
+def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, model,
+                                                      image_size, shape):
+    """The grid's cells (issue 29) run the chosen model, size and batch; the MLP's width
+    and depth go only to the MLP."""
+    script, calls = _script(), []
+    monkeypatch.setattr(script, "_run", calls.append)
+    args = argparse.Namespace(hooks="none,powersgd", repeats=3, max_size="64MiB", model=model,
+                              image_size=image_size, batch_size=8, steps=20, mlp_width=512,
+                              mlp_depth=8)
+    script.measure("5gbit", tmp_path, [2], args)
+    *sweeps, train = calls
+    assert [s[s.index("--dtype") + 1] for s in sweeps] == ["float32"]  # both hooks send fp32
+    after = train[train.index("--") + 1:]
+    assert train[train.index("--models") + 1] == model
+    assert train[train.index("--batch-sizes") + 1] == "8"
+    assert train[train.index("--topologies") + 1] == "1x1,2x1"
+    assert all(word in after for word in shape)
+    assert ("--mlp-width" in after) is (model == "mlp")
+    assert ("--image-size" in after) is (image_size is not None)
