@@ -6,6 +6,18 @@ while gloo's threads work on the same CPU; the forward pass; the optimizer) show
 each part of the N-node cells against the same part of the one-node cell.
 
   python scripts/step_parts.py results/emulated-5gbit-TAG.jsonl
+  python scripts/step_parts.py results/emulated-5gbit-TAG.jsonl \
+      --link-from results/emulated-5gbit-TAG-comm.jsonl
+
+With ``--link-from`` (the sweep ``bench predict`` takes), each N-node cell's step is also
+set beside what the prediction gives for it, span by span: until backward ends (measured:
+the parts up to backward, the forward's buffer broadcast included; predicted: the buffer
+broadcasts and the end of backward with gloo's CPU work taken from it), the gradient sync
+the step then waits for (measured: sync_wire + sync_wait; predicted: exposed), and the rest
+(measured: the optimizer; predicted: the one-node timeline's tail). The span that differs
+is where the model misses a cost. The measured spans are means over the timed steps
+(they add up to the mean step, which the run's samples/s comes from), the median over
+repeats.
 
 One table per comm hook: nodes, repeats, step ms, then each part's ms (the median over the
 cell's repeats of the mean over its ranks of the part's per-step median, ``p50``), and the
@@ -19,12 +31,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import record  # noqa: E402
+from bench.analysis.predict import (  # noqa: E402
+    LinkRange,
+    median_repeat,
+    setup_key,
+    single_node_repeats,
+    sweeps_for_hook,
+)
+from bench.analysis.prediction import Timeline, predict_step  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError  # noqa: E402
 
 
-def cell_parts(rec: dict) -> dict[str, float] | None:
-    """The record's step and parts in seconds: each the mean over ranks of its p50."""
+def cell_parts(rec: dict, stat: str = "p50") -> dict[str, float] | None:
+    """The record's step and parts in seconds: each the mean over ranks of its ``stat``
+    (p50, or mean: the means of the parts add up to the mean step, the medians need not)."""
     breakdown = rec.get("step_breakdown")
     if not isinstance(breakdown, dict) or not breakdown.get("ranks"):
         return None
@@ -33,8 +54,8 @@ def cell_parts(rec: dict) -> dict[str, float] | None:
     for part in ["step", *breakdown.get("parts", [])]:
         figures = [r.get("step_s") if part == "step" else (r.get("parts") or {}).get(part)
                    for r in ranks]
-        values = [f["p50"] for f in figures
-                  if isinstance(f, dict) and isinstance(f.get("p50"), (int, float))]
+        values = [f[stat] for f in figures
+                  if isinstance(f, dict) and isinstance(f.get(stat), (int, float))]
         if values:
             out[part] = statistics.fmean(values)
     return out
@@ -77,16 +98,67 @@ def tables(records: list[dict]) -> str:
     return "\n".join(lines) if lines else "no ok training record with a step breakdown"
 
 
+UNTIL_BACKWARD = ("data", "h2d", "forward", "backward")
+SYNC = ("sync_wire", "sync_wait")
+
+
+def _span(cell: dict[str, float], names: tuple[str, ...]) -> float:
+    return sum(cell.get(name, 0.0) for name in names)
+
+
+def against_model(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: the measured spans of the step (medians over repeats)
+    beside the prediction's, from the setup's one-node repeats and the sweeps."""
+    measured: dict[tuple, list[dict[str, float]]] = {}
+    for rec in record.training(records):
+        # Means: the spans then add up to the step the run's samples/s comes from.
+        parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
+        if parts and (rec.get("nnodes") or 1) > 1:
+            measured.setdefault((setup_key(rec), int(rec["nnodes"])), []).append(parts)
+    lines = ["| hook | nodes | until backward ends ms (predicted) | sync waited ms (predicted) "
+             "| rest ms (predicted) | step ms (predicted) | measured / predicted samples/s |",
+             "|---|---|---|---|---|---|---|"]
+    for key, repeats in single_node_repeats(records).items():
+        hook = key[-1]
+        chosen = sweeps_for_hook(sweeps, hook)
+        timeline = Timeline.of(median_repeat(repeats))
+        for (other, nodes), cells in sorted(measured.items(), key=lambda kv: kv[0][1]):
+            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes]
+            if other != key or not over:
+                continue
+            link = LinkRange.of_sweeps(over).point
+            p = predict_step(timeline, link, nodes)
+            until = p.buffers_s + timeline.backward_end_s + p.stolen_s
+            median = {name: statistics.median(_span(c, names) for c in cells)
+                      for name, names in (("until", UNTIL_BACKWARD), ("sync", SYNC),
+                                          ("rest", ("optimizer",)), ("step", ("step",)))}
+            lines.append(
+                f"| {hook} | {nodes} | {median['until'] * 1e3:.1f} ({until * 1e3:.1f}) | "
+                f"{median['sync'] * 1e3:.1f} ({p.exposed_s * 1e3:.1f}) | "
+                f"{median['rest'] * 1e3:.1f} ({timeline.tail_s * 1e3:.1f}) | "
+                f"{median['step'] * 1e3:.1f} ({p.step_s * 1e3:.1f}) | "
+                f"{median['step'] and p.step_s / median['step']:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else \
+        "no N-node cell with a one-node timeline and a sweep over as many nodes"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="step_parts", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--link-from", type=Path, help="the all-reduce sweep(s) on the "
+                        "cells' link: set each N-node cell beside the prediction")
     args = parser.parse_args(argv)
     try:
         records = [rec for path in args.files for rec in record.load(path, "FILE")]
+        sweeps = record.link_sweeps(record.load(args.link_from, "--link-from")) \
+            if args.link_from else None
     except ConfigError as error:
         print(f"step_parts: error: {error}", file=sys.stderr)
         return 2
     print(tables(records))
+    if sweeps is not None:
+        print("\n## against the prediction (measured, predicted in brackets)\n")
+        print(against_model(records, sweeps))
     return 0
 
 

@@ -47,3 +47,53 @@ def test_a_missing_file_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(tmp_path / "none")],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+DEMO = REPO / "results" / "reference" / "missing-cost"
+
+
+def test_each_n_node_cell_is_set_beside_the_prediction_span_by_span():
+    """On the demo's own records (make bench-emulated LINK=5gbit REPEATS=3): the measured
+    spans are the medians over repeats of the ranks' mean parts, and the predicted step is
+    what the model gives from the one-node repeats and the sweep."""
+    from bench.analysis.predict import LinkRange, median_repeat, single_node_repeats
+    from bench.analysis.prediction import Timeline, predict_step
+
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py",
+                           str(DEMO / "demo-run2.jsonl"), "--link-from",
+                           str(DEMO / "demo-run2-comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("## against the prediction")[1]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in table.splitlines() if line.startswith("| none") or
+            line.startswith("| powersgd")}
+    assert set(rows) == {"none", "powersgd"}
+    records = record.load(DEMO / "demo-run2.jsonl")
+    link = LinkRange.of_sweeps(record.link_sweeps(
+        record.load(DEMO / "demo-run2-comm.jsonl"))).point
+    for hook, cells in rows.items():
+        assert cells[0] == "2"
+        two = [r for r in records if r.get("comm_hook") == hook and r.get("nnodes") == 2]
+        spans = ("data", "h2d", "forward", "backward")
+        until = sorted(sum(sum(rank["parts"][p]["mean"] for p in spans)
+                           for rank in r["step_breakdown"]["ranks"])
+                       / len(r["step_breakdown"]["ranks"]) for r in two)[len(two) // 2]
+        assert cells[1].split(" ")[0] == f"{until * 1e3:.1f}"
+        (repeats,) = [recs for key, recs in single_node_repeats(records).items()
+                      if key[-1] == hook]
+        predicted = predict_step(Timeline.of(median_repeat(repeats)), link, 2)
+        assert cells[4].split(" ")[1] == f"({predicted.step_s * 1e3:.1f})"
+
+
+def test_without_a_sweep_over_as_many_nodes_it_says_so(tmp_path):
+    sweep = next(r for r in record.load(DEMO / "demo-run2-comm.jsonl"))
+    (tmp_path / "comm.jsonl").write_text(json.dumps({**sweep, "world_size": 3,
+                                                     "nnodes": 3}) + "\n")
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py",
+                           str(DEMO / "demo-run2.jsonl"), "--link-from",
+                           str(tmp_path / "comm.jsonl")], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "no N-node cell with a one-node timeline and a sweep over as many nodes" \
+        in proc.stdout
