@@ -87,3 +87,19 @@ def test_the_cli_prints_the_caveat_beside_an_unchecked_setup(tmp_path):
                            "1gbit", "--nodes", "2"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "outside what" not in proc.stdout
+
+
+def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
+    """The caveat's range and count are those of the grid's own accuracy tables, so the text
+    cannot drift from the records it cites."""
+    import re
+
+    grid = REPO / "results" / "reference" / "accuracy-grid"
+    assert (grid / "README.md").is_file() and "results/reference/accuracy-grid" in envelope.BEYOND
+    ratios = [float(m.group(1)) for table in grid.glob("*/accuracy.md")
+              for m in re.finditer(r"\| (\d\.\d\d)(?: \*\*off\*\*)? \| (?:yes|no) \|",
+                                   table.read_text())]
+    assert len(ratios) == 10
+    assert f"read {min(ratios):.2f}-{max(ratios):.2f}" in envelope.BEYOND
+    low = sum(r < 0.90 for r in ratios)
+    assert f"optimistic in {low} of {len(ratios)} cells" in envelope.BEYOND

@@ -27,13 +27,21 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   log2(N) tree levels. On one node it had no peer to wait for; on two emulated hosts at
   5 Gbit/s it made resnet18's forward 14 ms longer (issue 29). The MLP has no buffers.
 
-Not modelled: ranks drifting apart between the all-reduces they share (PowerSGD has three
-per bucket), a small all-reduce waiting longer for a rank whose CPU is busy than the idle
-sweep saw, and hosts slowing each other when they run the same memory-bound phase at once.
-On 2-4 emulated hosts every hook came within 0.97-1.04 of its prediction
-(results/reference/emulated-accuracy/, 24 of 24 rows); on an earlier, faster instance
-PowerSGD at 1 Gbit/s and 3 nodes measured 0.83 of it, not explained yet (that
-directory's README).
+Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
+hosts of one CPU at 5 Gbit/s; results/reference/missing-cost/README.md):
+- a collective waiting longer while the CPUs compute than in the idle sweep: a sweep beside
+  a busy process on each host measured 3.87 ms per small all-reduce against 2.67 idle, and
+  a buffer broadcast in training costs about 7 ms against the 2.4-3.2 ms charged;
+- PowerSGD's chain after its first collective: on one rank that collective completes at
+  once and the whole hook runs on backward's thread; over two ranks the rest runs on gloo's
+  thread and took 17-35 ms for the last bucket, against 7-9 ms charged;
+- each step waiting for the slower rank: 12-24 ms a step on the demo; charging it from the
+  one-node run's step spread put the reference rows at 5 Gbit/s off by 13-14%;
+- hosts slowing each other when they run the same memory-bound phase at once.
+So the demo measures 0.84-0.94 of the prediction. On 2-4 emulated hosts running the MLP
+every hook came within 0.97-1.04 of its prediction (results/reference/emulated-accuracy/,
+24 of 24 rows); on an earlier, faster instance PowerSGD at 1 Gbit/s and 3 nodes measured
+0.83 of it, not explained yet (that directory's README).
 
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
