@@ -7,6 +7,7 @@
 set -euo pipefail
 DOCKERD_FLAGS=${DOCKERD_FLAGS:---bridge=none --iptables=false --ip-masq=false}
 DOCKERD_LOG=${DOCKERD_LOG:-/tmp/bench-dockerd.log}
+DOCKER_PIDFILE=${DOCKER_PIDFILE:-/var/run/docker.pid}
 here=$(cd "$(dirname "$0")" && pwd)
 say() { printf 'ensure-docker: %s\n' "$*" >&2; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -26,9 +27,16 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   $SUDO systemctl start docker || true
 fi
 if ! docker info >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null; then
+  # No dockerd runs, so a pid file is a dead daemon's (a restarted machine or container
+  # keeps /var/run): dockerd refuses to start while its number names any process, and
+  # after a restart another process often has it.
+  if [ -e "$DOCKER_PIDFILE" ]; then
+    say "removing $DOCKER_PIDFILE, left by a Docker daemon that is no longer running (pid $(head -c 20 "$DOCKER_PIDFILE" 2>/dev/null | tr -cd '0-9'))"
+    $SUDO rm -f -- "$DOCKER_PIDFILE"
+  fi
   say "the Docker daemon is not running: starting dockerd $DOCKERD_FLAGS (log: $DOCKERD_LOG)"
   # setsid: the daemon outlives this script and the make that called it.
-  $SUDO setsid dockerd $DOCKERD_FLAGS >"$DOCKERD_LOG" 2>&1 < /dev/null &
+  $SUDO setsid dockerd $DOCKERD_FLAGS --pidfile "$DOCKER_PIDFILE" >"$DOCKERD_LOG" 2>&1 < /dev/null &
 fi
 for _ in $(seq 60); do
   if docker info >/dev/null 2>&1; then say "the Docker daemon answers"; exit 0; fi
