@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from bench import record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.catalog import MODEL_NAMES  # noqa: E402
-from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, OneLineErrorParser  # noqa: E402
+from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
@@ -103,8 +103,9 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
     parse_size(a.max_size, "--max-size")
     if a.model not in MODEL_NAMES:
         raise ConfigError("--model", a.model, f"choose one of {', '.join(MODEL_NAMES)}")
-    if a.image_size is not None:
-        require_range(a.image_size, "image_size", 8, 4096)
+    # The trainer's own checks (a resnet needs 32 px or more...), before any sweep runs.
+    ModelConfig(model=a.model, image_size=a.image_size, mlp_width=a.mlp_width,
+                mlp_depth=a.mlp_depth)
     return links, hooks, nodes
 
 

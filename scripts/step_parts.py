@@ -41,6 +41,7 @@ from bench.analysis.predict import (  # noqa: E402
 from bench.analysis.prediction import Timeline, predict_step  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError  # noqa: E402
+from bench.topology import Topology  # noqa: E402
 
 
 def cell_parts(rec: dict, stat: str = "p50") -> dict[str, float] | None:
@@ -113,8 +114,10 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
     for rec in record.training(records):
         # Means: the spans then add up to the step the run's samples/s comes from.
         parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
-        if parts and (rec.get("nnodes") or 1) > 1:
-            measured.setdefault((setup_key(rec), int(rec["nnodes"])), []).append(parts)
+        # As bench predict compares: even nodes, on the link rate the sweeps measured.
+        if parts and (rec.get("nnodes") or 1) > 1 and not Topology.of_record(rec).uneven:
+            rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
+            measured.setdefault((setup_key(rec), int(rec["nnodes"]), rate), []).append(parts)
     lines = ["| hook | nodes | until backward ends ms (predicted) | sync waited ms (predicted) "
              "| rest ms (predicted) | step ms (predicted) | measured / predicted samples/s |",
              "|---|---|---|---|---|---|---|"]
@@ -122,8 +125,9 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
         hook = key[-1]
         chosen = sweeps_for_hook(sweeps, hook)
         timeline = Timeline.of(median_repeat(repeats))
-        for (other, nodes), cells in sorted(measured.items(), key=lambda kv: kv[0][1]):
-            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes]
+        for (other, nodes, rate), cells in sorted(measured.items(), key=lambda kv: kv[0][1]):
+            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes
+                    and ((s.get("env") or {}).get("link") or {}).get("rate_bps") == rate]
             if other != key or not over:
                 continue
             link = LinkRange.of_sweeps(over).point
@@ -152,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         records = [rec for path in args.files for rec in record.load(path, "FILE")]
         sweeps = record.link_sweeps(record.load(args.link_from, "--link-from")) \
             if args.link_from else None
+        if sweeps == []:
+            raise ConfigError("--link-from", args.link_from, "holds no ok all-reduce record "
+                              "over 2 or more ranks: give the sweep file bench predict takes "
+                              "(RESULTS-comm.jsonl)")
     except ConfigError as error:
         print(f"step_parts: error: {error}", file=sys.stderr)
         return 2

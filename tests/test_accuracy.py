@@ -155,6 +155,8 @@ def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
     (["--repeats", "0"], "--repeats"), (["--max-size", "1x"], "--max-size"),
     (["--analyse-only"], "results"),       # nothing measured there yet
     (["--model", "resnet9000"], "--model"), (["--image-size", "4"], "--image-size"),
+    (["--model", "resnet18", "--image-size", "16"], "--image-size"),   # resnets need 32+
+    (["--model", "vit_b_16", "--image-size", "40"], "--image-size"),   # patches of 16
 ])
 def test_the_script_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path, args,
                                                                          setting):

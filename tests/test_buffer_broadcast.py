@@ -51,10 +51,17 @@ def test_a_model_without_buffers_or_with_the_broadcast_off_makes_none(one_rank_g
     assert buffer_broadcasts(ddp) == []
 
 
-def test_buffers_past_ddps_bucket_size_take_more_calls(one_rank_group):
+@pytest.mark.parametrize("limit, expected", [
+    (128, [128, 16, 128]),   # two float32 tensors of 64 bytes a call
+    # A bucket closes once it reaches the limit, with the tensor that crossed it: 100
+    # bytes still take two float32 tensors a call, not one.
+    (100, [128, 16, 128]),
+    (8, [64, 8, 64, 64, 8, 64]),   # every tensor alone
+])
+def test_buffers_past_ddps_bucket_size_take_more_calls(one_rank_group, limit, expected):
     ddp = DistributedDataParallel(_batchnorm_net())
-    ddp.broadcast_bucket_size = 128   # two float32 tensors of 64 bytes a call
-    assert buffer_broadcasts(ddp) == [128, 128, 16]
+    ddp.broadcast_bucket_size = limit
+    assert sorted(buffer_broadcasts(ddp)) == sorted(expected)
 
 
 def _timeline(broadcast=()) -> Timeline:
@@ -74,10 +81,38 @@ def test_each_broadcast_waits_one_latency_and_its_bytes_per_tree_level():
     assert predict_step(_timeline([38400, 160]), LINK, 1).step_s == pytest.approx(0.15)
 
 
-def test_every_micro_batch_broadcasts_under_gradient_accumulation():
+def test_gradient_accumulation_broadcasts_once_a_step():
+    """DDP skips the broadcast in a forward that follows one under no_sync (the earlier
+    micro-batches run under it), so a step of 3 micro-batches broadcasts once."""
     accumulated = _timeline([1000]).accumulated(3)
-    assert accumulated.broadcast_bytes == (1000, 1000, 1000)
-    assert predict_step(accumulated, LINK, 2).buffers_s == pytest.approx(3 * (0.002 + 1e-6))
+    assert accumulated.broadcast_bytes == (1000,)
+    assert predict_step(accumulated, LINK, 2).buffers_s == pytest.approx(0.002 + 1e-6)
+
+
+def test_a_real_ddp_broadcasts_once_per_accumulated_step(one_rank_group):
+    """What the model assumes, on torch itself: three forwards, the first two under
+    no_sync as the trainer runs them, then a fourth that starts the next step."""
+    ddp = DistributedDataParallel(_batchnorm_net())
+    calls = []
+    real = dist._broadcast_coalesced
+
+    def spy(group, tensors, size, src):
+        calls.append(len(tensors))
+        return real(group, tensors, size, src)
+
+    dist._broadcast_coalesced = spy
+    try:
+        for micro in range(3):
+            if micro < 2:
+                with ddp.no_sync():
+                    ddp(torch.randn(4, 4)).sum().backward()
+            else:
+                ddp(torch.randn(4, 4)).sum().backward()
+        assert len(calls) == 1
+        ddp(torch.randn(4, 4)).sum().backward()
+        assert len(calls) == 2
+    finally:
+        dist._broadcast_coalesced = real
 
 
 def test_the_record_carries_the_broadcasts_and_older_records_have_none():
@@ -86,8 +121,23 @@ def test_the_record_carries_the_broadcasts_and_older_records_have_none():
     assert Timeline.of(rec).broadcast_bytes == (38400, 160)
     del rec["bucket_timeline"]["broadcast_bytes"]
     assert Timeline.of(rec).broadcast_bytes == ()
-    rec["bucket_timeline"]["broadcast_bytes"] = None   # as a hand-edited record might say
+    rec["bucket_timeline"]["broadcast_bytes"] = None   # the schema lets a record say null
     assert Timeline.of(rec).broadcast_bytes == ()
+
+
+@pytest.mark.parametrize("value, accepted", [
+    ([38400, 160], True), ([], True), (None, True),
+    (["38400"], False), ([-1], False), ([[1]], False), ([1e300], False), ([True], False),
+])
+def test_the_schema_takes_only_byte_counts(value, accepted):
+    """Records are untrusted: what reaches Timeline.of has passed the schema, and the
+    schema takes a list of non-negative integers (or null) and nothing else."""
+    from bench import record
+    from tests.test_predict import _record
+
+    rec = _record(1, "none", 1e6, 100.0)
+    rec["bucket_timeline"]["broadcast_bytes"] = value
+    assert (record.problem_of(rec) is None) is accepted
 
 
 @given(sizes=st.lists(st.integers(0, 10**9), max_size=8),

@@ -97,3 +97,26 @@ def test_without_a_sweep_over_as_many_nodes_it_says_so(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "no N-node cell with a one-node timeline and a sweep over as many nodes" \
         in proc.stdout
+
+
+def test_a_sweep_on_another_link_rate_is_not_set_beside_the_cells(tmp_path):
+    sweep = next(r for r in record.load(DEMO / "demo-run2-comm.jsonl"))
+    other = copy.deepcopy(sweep)
+    other["env"]["link"]["rate_bps"] = 10**9        # the cells ran at 5 Gbit/s
+    (tmp_path / "comm.jsonl").write_text(json.dumps(other) + "\n")
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py",
+                           str(DEMO / "demo-run2.jsonl"), "--link-from",
+                           str(tmp_path / "comm.jsonl")], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "no N-node cell with a one-node timeline" in proc.stdout
+
+
+def test_a_link_from_file_without_a_sweep_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py",
+                           str(DEMO / "demo-run2.jsonl"), "--link-from",
+                           str(DEMO / "demo-run2.jsonl")], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--link-from=" in line and "no ok all-reduce record" in line

@@ -21,11 +21,12 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   backward while they overlap (at most a fair share of the CPUs), so backward ends later
   than r_last. At 1 Gbit this is small beside the wire time; at 5 Gbit on one CPU per node
   it is most of it. On GPUs it is not charged;
-- a model with buffers (BatchNorm's running statistics) waits before each forward for DDP
-  to broadcast rank 0's buffers: one blocking collective per dtype (the record's
-  ``broadcast_bytes``), each charged the link's per-call latency a plus its bytes over
-  log2(N) tree levels. On one node it had no peer to wait for; on two emulated hosts at
-  5 Gbit/s it made resnet18's forward 14 ms longer (issue 29). The MLP has no buffers.
+- a model with buffers (BatchNorm's running statistics) waits before a step's forward for
+  DDP to broadcast rank 0's buffers: one collective per dtype (the record's
+  ``broadcast_bytes``), each charged the link's per-call latency a once plus its bytes
+  over log2(N) tree levels (torch keeps two in flight; charged one after the other). On
+  one node it had no peer to wait for; on two emulated hosts at 5 Gbit/s it made
+  resnet18's forward 14 ms longer (issue 29). The MLP has no buffers.
 
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
 hosts of one CPU at 5 Gbit/s; results/reference/missing-cost/README.md):
@@ -475,7 +476,7 @@ def _broadcast_text(timeline: Timeline) -> str:
         return ""
     return (f"; {len(sizes)} buffer broadcast(s) before each forward ("
             f"{sum(sizes) / 1e3:.1f} kB), each waited for at the link's per-call latency on "
-            "more nodes")
+            "more nodes (none on a nominal link without --latency)")
 
 
 def _prediction_row(row: Predicted) -> str:

@@ -98,9 +98,12 @@ class Link:
         return max(0.0, seconds - self.latency_s) / size_bytes / (largest_s / largest)
 
     def broadcast_s(self, size_bytes: float, nodes: int) -> float:
-        """One blocking broadcast from rank 0 (DDP's buffers before each forward): the
-        sweep's per-call latency, and the bytes once over each level of a tree of
-        ``nodes``. The buffers are small (kilobytes), so the latency is nearly all of it."""
+        """One broadcast from rank 0 (DDP's buffers before each forward), which the forward
+        waits for: the sweep's per-call latency over ``nodes`` (which grows with N as a
+        tree's levels do; an approximation, one latency, not one per level), and the bytes
+        once over each level of a tree of ``nodes``. The buffers are small (kilobytes),
+        so the latency is nearly all of it; a nominal link without ``--latency`` charges
+        almost nothing."""
         levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
         return (self.latency_s + levels * size_bytes / self.busbw_Bps) if levels else 0.0
 
@@ -233,10 +236,10 @@ class Timeline:
         r_last each) come first; the buckets are sent once, on the last."""
         shift = (micro_batches - 1) * self.ready_s[-1]
         moved = lambda times: tuple(r + shift for r in times) if times else times  # noqa: E731
-        # DDP broadcasts the buffers before every forward, the earlier micro-batches' too.
+        # DDP broadcasts the buffers once a step: a forward under no_sync (the earlier
+        # micro-batches) leaves the next forward's broadcast out, so broadcast_bytes stay.
         return dataclasses.replace(self, ready_s=moved(self.ready_s),
                                    issued_s=moved(self.issued_s),
-                                   broadcast_bytes=self.broadcast_bytes * micro_batches,
                                    done_last_s=self.done_last_s and self.done_last_s + shift,
                                    step_s=self.step_s + shift)
 

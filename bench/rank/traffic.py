@@ -235,28 +235,21 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
 
 
 def buffer_broadcasts(ddp: DistributedDataParallel) -> list[int]:
-    """The bytes of each collective DDP makes before every forward to copy rank 0's module
-    buffers (BatchNorm's running statistics) to the other ranks: ``broadcast_buffers``, on
-    by default. Like DDP's ``_broadcast_coalesced``, the buffers are packed per dtype into
-    broadcasts of at most its ``broadcast_bucket_size`` bytes (a larger tensor goes alone).
-    Each is a blocking collective in the forward pass: measured on two emulated hosts at
-    5 Gbit/s, resnet18's two (float32 statistics, int64 counters) made its forward 14 ms
-    longer than with ``broadcast_buffers=False`` (issue 29)."""
+    """The bytes of each collective DDP makes before a step's forward to copy rank 0's
+    module buffers (BatchNorm's running statistics) to the other ranks:
+    ``broadcast_buffers``, on by default. The buffers are packed as torch's
+    ``broadcast_coalesced`` packs them, with the same routine (per dtype, a bucket closed
+    once it reaches DDP's ``broadcast_bucket_size``). Each is a collective the forward
+    waits for: measured on two emulated hosts at 5 Gbit/s, resnet18's two (float32
+    statistics, int64 counters) made its forward 14 ms longer than with
+    ``broadcast_buffers=False`` (issue 29)."""
     if not ddp.will_sync_module_buffers():
         return []
+    buffers = list(ddp.modules_buffers)
     limit = int(getattr(ddp, "broadcast_bucket_size", 250 * 2**20))
-    open_chunk: dict[torch.dtype, int] = {}
-    chunks: list[int] = []
-    for buffer in ddp.modules_buffers:
-        size = buffer.numel() * buffer.element_size()
-        held = open_chunk.get(buffer.dtype)
-        if held is not None and held + size <= limit:
-            open_chunk[buffer.dtype] = held + size
-            continue
-        if held is not None:
-            chunks.append(held)
-        open_chunk[buffer.dtype] = size
-    return chunks + list(open_chunk.values())
+    buckets, _ = dist._compute_bucket_assignment_by_size(buffers, [limit])
+    return [sum(buffers[i].numel() * buffers[i].element_size() for i in bucket)
+            for bucket in buckets if bucket]
 
 
 def observes_timed_steps(cfg: DistributedConfig, world_size: int) -> bool:
