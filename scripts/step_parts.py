@@ -126,9 +126,11 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
         chosen = sweeps_for_hook(sweeps, hook)
         timeline = Timeline.of(median_repeat(repeats))
         for (other, nodes, rate), cells in sorted(measured.items(), key=lambda kv: kv[0][1]):
+            if other != key:
+                continue
             over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes
                     and ((s.get("env") or {}).get("link") or {}).get("rate_bps") == rate]
-            if other != key or not over:
+            if not over:
                 continue
             link = LinkRange.of_sweeps(over).point
             p = predict_step(timeline, link, nodes)

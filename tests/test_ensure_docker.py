@@ -70,7 +70,6 @@ def test_a_daemon_that_never_answers_is_one_error_naming_its_log(fake_host):
     script, env, state = fake_host
     fake_dockerd = Path(env["PATH"].split(":")[0]) / "dockerd"
     fake_dockerd.write_text("#!/bin/sh\necho 'failed to start daemon: broken' >&2\nexit 1\n")
-    env = {**env, "PATH": env["PATH"]}
     proc = subprocess.run(["bash", "-c", 'seq() { echo 1; }; export -f seq; bash "$0"',
                            str(script)], env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120)

@@ -35,11 +35,11 @@ hosts of one CPU at 5 Gbit/s; results/reference/missing-cost/README.md):
   a buffer broadcast in training costs about 7 ms against the 2.4-3.2 ms charged;
 - PowerSGD's chain after its first collective: on one rank that collective completes at
   once and the whole hook runs on backward's thread; over two ranks the rest runs on gloo's
-  thread and took 17-35 ms for the last bucket, against 7-9 ms charged;
+  thread and took 17-42 ms for the last bucket, against 7-9 ms charged;
 - each step waiting for the slower rank: 12-24 ms a step on the demo; charging it from the
   one-node run's step spread put the reference rows at 5 Gbit/s off by 13-14%;
 - hosts slowing each other when they run the same memory-bound phase at once.
-So the demo measures 0.84-0.94 of the prediction. On 2-4 emulated hosts running the MLP
+So the demo measures 0.84-0.91 of the prediction. On 2-4 emulated hosts running the MLP
 every hook came within 0.97-1.04 of its prediction (results/reference/emulated-accuracy/,
 24 of 24 rows); on an earlier, faster instance PowerSGD at 1 Gbit/s and 3 nodes measured
 0.83 of it, not explained yet (that directory's README).
