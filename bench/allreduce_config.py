@@ -49,6 +49,9 @@ class AllreduceConfig:
     warmup_iters: int = option(5, "untimed all-reduces per size before the timed ones")
     dtype: str = option("float32", "element type", choices=tuple(DTYPE_BYTES))
     check: bool = option(True, "check every size's result against the expected sum")
+    beside_compute: bool = option(False, "also time each size while a compute thread works "
+                                  "beside it, and record the compute it loses (on CPU, "
+                                  "where backward and gloo share the CPUs)")
     device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
     backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective may wait for a peer")
@@ -81,6 +84,9 @@ class AllreduceConfig:
         # Every rank allocates the largest message twice (data and check): 16 GiB bounds it.
         require(high <= MAX_MESSAGE_BYTES, "max_size", self.max_size, "must be at most 16GiB")
         self.sizes = message_sizes(low, high)
+        # On GPUs the compute is not on the CPUs gloo or NCCL's proxy threads use.
+        require(not self.beside_compute or self.device == "cpu", "beside_compute", True,
+                "measures the compute a CPU loses; use it with --device cpu")
 
     @classmethod
     def from_args(cls, argv: list[str] | None, prog: str = PROG) -> AllreduceConfig:

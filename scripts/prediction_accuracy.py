@@ -7,7 +7,8 @@
       --image-size 32 --batch-size 8 --hooks none,powersgd --out results/grid/resnet18-b8
 
 Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
-in each element type the hooks send),
+in each element type the hooks send; each size also beside compute, what the model takes
+from backward),
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
 the records: measured / predicted per hook and node count, written to accuracy.md. Both
 matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's
@@ -60,7 +61,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
         _run([*bench, "--workload", "allreduce", "--topologies", many,
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
-              "--dtype", dtype])
+              "--dtype", dtype, "--beside-compute"])
     shape = ["--image-size", str(a.image_size)] if a.image_size else []
     if a.model == "mlp":
         shape += ["--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth)]

@@ -137,3 +137,49 @@ def test_a_corrupted_result_fails_the_command(tmp_path):
     assert rec["status"] == "wrong_result"
     assert "rank(s) 1" in rec["error"] and "index 5" in rec["error"], rec["error"]
     assert "expected" in rec["error"]
+
+
+def test_pieces_done_count_the_one_under_way():
+    stamps = [1.0, 2.0, 4.0]          # pieces done at 1, 2 and 4 s
+    assert allreduce.pieces_done_by(stamps, 0.5) == 0
+    assert allreduce.pieces_done_by(stamps, 2.0) == 2
+    assert allreduce.pieces_done_by(stamps, 3.0) == pytest.approx(2.5)   # half the third
+    assert allreduce.pieces_done_by(stamps, 9.0) == 3
+
+
+def test_the_compute_lost_is_the_rate_missing_against_alone():
+    # Alone 100 pieces a second; beside, 60 in one second: 40% of 2 threads' second lost.
+    assert allreduce.compute_lost_s(30, 0.3, 60, 1.0, threads=2) == pytest.approx(0.8)
+    # Faster beside than alone is noise, not a gain; nothing done is all of it.
+    assert allreduce.compute_lost_s(30, 0.3, 200, 1.0, threads=1) == 0
+    assert allreduce.compute_lost_s(30, 0.3, 0, 0.5, threads=1) == pytest.approx(0.5)
+    assert allreduce.compute_lost_s(0, 0.3, 5, 0.5, threads=1) == 0
+
+
+def test_beside_compute_is_refused_off_the_cpu(monkeypatch):
+    import bench.allreduce_config as config
+
+    monkeypatch.setattr(config, "resolve_device", lambda device, backend: ("cuda", "nccl"))
+    with pytest.raises(ConfigError, match="--beside-compute.*--device cpu"):
+        AllreduceConfig.from_args(["--beside-compute", "--results", "/tmp/r.jsonl"])
+
+
+def test_a_sweep_beside_compute_records_the_time_and_the_compute_lost(tmp_path):
+    results = tmp_path / "comm.jsonl"
+    run = launch(["--device", "cpu", "--max-size", "4MiB", "--min-size", "1MiB",
+                  "--iters", "5", "--warmup-iters", "1", "--beside-compute"], results,
+                 nproc=2, module="bench.rank.allreduce")
+    assert run.returncode == 0, run.stderr
+    (rec,) = run.records
+    validate(rec)
+    assert rec["config"]["beside_compute"] is True
+    for row in rec["sizes"]:
+        beside = row["beside_compute"]
+        # At most every thread's whole time lost (the launcher gives each rank 1 thread).
+        assert beside["time_s"] > 0 and 0 <= beside["compute_lost_s"] <= beside["time_s"]
+    # Two ranks on this machine's CPUs, each with a compute thread: gloo's work takes some.
+    assert sum(row["beside_compute"]["compute_lost_s"] for row in rec["sizes"]) > 0
+    # Without the flag the rows have none, as before.
+    run = launch(["--device", "cpu", "--max-size", "1KiB", "--iters", "1",
+                  "--warmup-iters", "0"], results, nproc=2, module="bench.rank.allreduce")
+    assert run.returncode == 0 and "beside_compute" not in run.records[-1]["sizes"][0]

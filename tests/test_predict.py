@@ -114,6 +114,83 @@ def test_all_reduce_cpu_work_slows_backward_on_one_cpu():
     assert predict_step(on_gpu, BUSY_GBIT, 2).step_s == pytest.approx(0.5)
 
 
+# Measured beside compute: 12.5 MB took 0.125 s there and 0.1 s of the compute's CPU.
+BESIDE = Link(busbw_Bps=1e8, cpu_s_per_bus_byte=0.1 / 12.5e6)
+
+
+def test_what_was_measured_beside_compute_replaces_the_fair_share():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(12.5e6, 12.5e6), step_s=0.4,
+                        compute_cpus=1)
+    link = dataclasses.replace(BUSY_GBIT, beside=BESIDE)
+    p = predict_step(timeline, link, 2)
+    # Bucket 0 beside backward, as measured: 0.1-0.225 s, taking 0.8 of the CPU, so
+    # backward does 0.025 s of work meanwhile (not the fair share's half). Its last 0.175 s
+    # alone: it ends at 0.4 s, 0.1 s late. Bucket 1 has the CPU to itself (the sweep alone):
+    # 0.4-0.5 s. The optimizer: 0.6 s.
+    assert p.step_s == pytest.approx(0.6) and p.stolen_s == pytest.approx(0.1)
+    assert p.comm_s == pytest.approx(0.125 + 0.1)
+    # Without the measurement, the fair share (test above): 0.58 s.
+    assert predict_step(timeline, BUSY_GBIT, 2).step_s == pytest.approx(0.58)
+    # On a GPU neither is charged.
+    on_gpu = dataclasses.replace(timeline, compute_cpus=None)
+    assert predict_step(on_gpu, link, 2).step_s == pytest.approx(0.5)
+
+
+def test_a_faster_wire_cannot_take_more_than_every_cpu():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(12.5e6, 12.5e6), step_s=0.4,
+                        compute_cpus=1)
+    fast = dataclasses.replace(BUSY_GBIT, beside=BESIDE).faster(10)
+    assert fast.beside is not None and fast.beside.busbw_Bps == pytest.approx(1e9)
+    p = predict_step(timeline, fast, 2)
+    # Beside backward bucket 0 would take 0.0125 s but loses it 0.1 s of compute: it takes
+    # the whole CPU for 0.1 s, and backward waits (ends at 0.4 s). Bucket 1 alone is
+    # CPU-bound: 0.08 s. Then the 0.1 s tail.
+    assert p.stolen_s == pytest.approx(0.1) and p.step_s == pytest.approx(0.58)
+
+
+def test_the_link_beside_compute_is_read_from_the_sweep_and_moves_with_it():
+    rows = [{"size_bytes": 1024, "time_s": 0.002, "cpu_time_s": 0.001, "busbw_GBps": 0.0005,
+             "beside_compute": {"time_s": 0.004, "compute_lost_s": 0.0015}},
+            {"size_bytes": 64_000_000, "time_s": 0.8, "cpu_time_s": 0.048, "busbw_GBps": 0.12,
+             "beside_compute": {"time_s": 1.0, "compute_lost_s": 0.096}}]
+    rec = {"world_size": 4, "env": {"link": {"rate_bps": 10**9}}, "sizes": rows}
+    beside = Link.from_allreduce(rec).beside
+    assert beside is not None and "beside compute" in beside.source
+    # Its own figures: the times there, and the compute lost as the CPU cost.
+    assert beside.busbw_Bps == pytest.approx(1.5 * 64e6 / 1.0)
+    assert beside.latency_s == pytest.approx(0.004 - 1.5 * 1024 / (1.5 * 64e6))
+    assert beside.cpu_latency_s == 0.0015
+    assert beside.cpu_s_per_bus_byte == pytest.approx(0.096 / (1.5 * 64e6))
+    upgrade = Link.from_allreduce(rec).at_rate(5 * 10**9)
+    assert upgrade.beside is not None and upgrade.beside.rate_bps == 5 * 10**9
+    assert upgrade.beside.busbw_Bps == pytest.approx(beside.busbw_Bps * 5)
+    # A sweep that did not measure every size beside compute has no such link.
+    del rows[0]["beside_compute"]
+    assert Link.from_allreduce(rec).beside is None
+
+
+def test_the_band_ends_take_the_extremes_beside_compute_too():
+    from bench.analysis.predict import LinkRange
+
+    def sweep(latency_beside: float, lost: float) -> dict:
+        return _sweep([{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005,
+                        "busbw_GBps": 0.001,
+                        "beside_compute": {"time_s": latency_beside, "compute_lost_s": lost}},
+                       {"size_bytes": 50_000_000, "time_s": 0.5, "cpu_time_s": 0.04,
+                        "busbw_GBps": 0.1,
+                        "beside_compute": {"time_s": 0.6, "compute_lost_s": 0.05}}])
+
+    links = LinkRange.of_sweeps([sweep(0.002, 0.001), sweep(0.003, 0.0005)])
+    slow, fast = links.slow.beside, links.fast.beside
+    assert slow is not None and fast is not None
+    assert slow.latency_s > fast.latency_s and slow.cpu_latency_s == 0.001
+    assert fast.cpu_latency_s == 0.0005
+    # One sweep without it: the ends have none, as the point (the latest) has.
+    links = LinkRange.of_sweeps([sweep(0.002, 0.001), _sweep(
+        [{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005, "busbw_GBps": 0.001}])])
+    assert links.slow.beside is None and links.point.beside is None
+
+
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():
     # 0.2 s of CPU for 0.1 s of wire: alone it takes its CPU time.
     link = dataclasses.replace(GBIT, cpu_s_per_bus_byte=0.2 / 12.5e6)

@@ -20,7 +20,11 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   bytes costs each rank  a_cpu + b_cpu x 2(N-1)/N x m  CPU seconds, which it takes from
   backward while they overlap (at most a fair share of the CPUs), so backward ends later
   than r_last. At 1 Gbit this is small beside the wire time; at 5 Gbit on one CPU per node
-  it is most of it. On GPUs it is not charged;
+  it is most of it. Where the sweep also ran beside compute (``--beside-compute``), a
+  bucket's all-reduces beside backward take the time they took there and the compute
+  they took away there, measured, instead (``Link.beside``): that holds the kernel's
+  network work and the scheduler's share, which gloo's own CPU time does not. On GPUs
+  it is not charged;
 - a model with buffers (BatchNorm's running statistics) waits before a step's forward for
   DDP to broadcast rank 0's buffers: one collective per dtype (the record's
   ``broadcast_bytes``), each charged the link's per-call latency a once plus its bytes
@@ -233,16 +237,21 @@ class LinkRange:
         with the highest latency and CPU costs any sweep had, the fast end the reverse,
         so the band covers every sweep whichever figure dominates a step."""
         measured = [Link.from_allreduce(sweep) for sweep in sweeps]
-        point = measured[-1]
 
-        def end(pick_bw, pick_cost) -> Link:
+        def end(links: list[Link], pick_bw, pick_cost) -> Link:
+            # Beside compute, each end the same way, where every sweep measured it there.
+            besides = [m.beside for m in links if m.beside]
+            beside = end(besides, pick_bw, pick_cost) \
+                if besides and len(besides) == len(links) else None
             return dataclasses.replace(
-                point, busbw_Bps=pick_bw(m.busbw_Bps for m in measured),
-                latency_s=pick_cost(m.latency_s for m in measured),
-                cpu_latency_s=pick_cost(m.cpu_latency_s for m in measured),
-                cpu_s_per_bus_byte=pick_cost(m.cpu_s_per_bus_byte for m in measured))
+                links[-1], busbw_Bps=pick_bw(m.busbw_Bps for m in links),
+                latency_s=pick_cost(m.latency_s for m in links),
+                cpu_latency_s=pick_cost(m.cpu_latency_s for m in links),
+                cpu_s_per_bus_byte=pick_cost(m.cpu_s_per_bus_byte for m in links),
+                beside=beside)
 
-        return cls(point, end(min, max), end(max, min), len(sweeps), left_out)
+        return cls(measured[-1], end(measured, min, max), end(measured, max, min),
+                   len(sweeps), left_out)
 
     def at_rate(self, rate_bps: int) -> LinkRange:
         """Each end moved to the planned rate, keeping its own efficiency."""
@@ -510,6 +519,15 @@ def _lever_lines(ranked: list[tuple[Lever, Band]], nodes: int) -> list[str]:
 
 def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:
     on_cpu = any(Timeline.of(rec).compute_cpus for recs in repeats.values() for rec in recs)
+    beside = link.beside
+    if on_cpu and beside:
+        return (f"all-reduce CPU cost, measured beside compute (taken from backward's CPUs "
+                f"while they overlap): {beside.cpu_latency_s * 1e3:.2f} ms per call + "
+                f"{beside.cpu_s_per_bus_byte * 1e9:.2f} ns per byte moved of compute lost, "
+                f"the all-reduce at busbw {beside.busbw_Bps * 8e-9:.3f} Gbit/s and "
+                f"{beside.latency_s * 1e3:.2f} ms per call there; alone "
+                f"{link.cpu_latency_s * 1e3:.2f} ms per call + "
+                f"{link.cpu_s_per_bus_byte * 1e9:.2f} ns per byte of gloo's CPU time")
     if link.cpu_s_per_bus_byte or link.cpu_latency_s:
         used = "taken from backward's CPUs" if on_cpu else "not charged: training on GPUs"
         return (f"all-reduce CPU cost: {link.cpu_latency_s * 1e3:.2f} ms per call + "

@@ -28,6 +28,16 @@ class Link:
     sweep measured, instead of charging latency twice at the largest size and the largest
     size's rate at every other; past the largest size it tends to busbw. A nominal link
     has no times (shape 1).
+
+    ``beside``: the same link measured while a compute thread worked beside each rank's
+    all-reduces (``--beside-compute``), a Link of its own whose times are the all-reduces'
+    there and whose CPU costs are the compute they took away. Training on CPU, backward
+    computes beside the buckets' all-reduces. On two emulated hosts of one CPU a 32 MiB
+    all-reduce took 38 and 78 ms from the compute at 1 Gbit/s, against 53 and 34 ms of
+    gloo's own CPU time, and at 5 Gbit/s 47 ms against 50 while taking 107-109 ms instead
+    of 65 (results/reference/beside-compute/): the fair share the model otherwise assumes
+    is near at 5 Gbit/s, and the measurement, noisy as it is, replaces the assumption.
+    None where the sweep did not measure it.
     """
 
     busbw_Bps: float      # bytes per second one link carries
@@ -37,6 +47,7 @@ class Link:
     cpu_latency_s: float = 0.0
     cpu_s_per_bus_byte: float = 0.0
     times: tuple[tuple[float, float], ...] = ()   # the sweep's (bytes, seconds)
+    beside: Link | None = None
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -46,8 +57,25 @@ class Link:
     def from_allreduce(cls, rec: dict) -> Link:
         """The link a sweep measured: busbw and CPU cost per byte at its largest message;
         latency and CPU cost per call from its latency-bound messages (``_latency_bound``);
-        the shape from every size's time."""
-        sizes = rec["sizes"]
+        the shape from every size's time. Where every size was also measured beside
+        compute, that is ``beside``, read the same way."""
+        link = cls._from_sizes(rec, rec["sizes"])
+        rows = [row.get("beside_compute") for row in rec["sizes"]]
+        if rows and all(isinstance(row, dict) for row in rows):
+            factor = bus_factor(rec["world_size"])
+            beside = [{"size_bytes": size["size_bytes"], "time_s": row["time_s"],
+                       "cpu_time_s": row["compute_lost_s"],
+                       "busbw_GBps": factor * size["size_bytes"] / row["time_s"] / 1e9}
+                      for size, row in zip(rec["sizes"], rows, strict=True)]
+            measured = cls._from_sizes(rec, beside)
+            link = dataclasses.replace(link, beside=dataclasses.replace(
+                measured, source=f"{measured.source}, beside compute"))
+        return link
+
+    @classmethod
+    def _from_sizes(cls, rec: dict, sizes: list[dict]) -> Link:
+        """The link from one set of rows (bytes, seconds, CPU seconds, busbw): the sweep's
+        own, or its rows beside compute."""
         link = (rec.get("env") or {}).get("link") or {}
         on = f" on a {format_rate(link['rate_bps'])} link" if link else ""
         largest = sizes[-1]
@@ -113,7 +141,8 @@ class Link:
     def faster(self, factor: float) -> Link:
         """The wire ``factor`` times faster; the hosts' CPU cost per byte stays."""
         return dataclasses.replace(self, busbw_Bps=self.busbw_Bps * factor,
-                                   source=f"{self.source} x{factor:g}", rate_bps=None)
+                                   source=f"{self.source} x{factor:g}", rate_bps=None,
+                                   beside=self.beside and self.beside.faster(factor))
 
     def at_rate(self, rate_bps: int) -> Link:
         """This measured link's efficiency, latency and CPU cost on a ``rate_bps`` wire: the
@@ -122,6 +151,7 @@ class Link:
         efficiency = self.efficiency or 1.0
         return dataclasses.replace(
             self, busbw_Bps=rate_bps / 8 * efficiency, rate_bps=rate_bps,
+            beside=self.beside and self.beside.at_rate(rate_bps),
             source=f"{format_rate(rate_bps)} at the {efficiency:.0%} efficiency, latency and "
                    f"CPU cost of the {self.source}")
 
@@ -298,14 +328,19 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
     calls = timeline.calls_per_bucket
     on_cpu = timeline.compute_cpus is not None
-    phases: list[tuple[tuple[float, float], ...]] = []
+    beside = link.beside if on_cpu else None
+    phases: list[tuple[Phase, ...]] = []
     for bucket, sent in enumerate(timeline.sent_bytes):
         wire = calls * link.allreduce_s(sent / calls, nodes)
         cpu = calls * link.allreduce_cpu_s(sent / calls, nodes) / timeline.cpu_share \
             if on_cpu else 0.0
+        # Measured beside compute on the hosts as they are: at their share already.
+        measured = (calls * beside.allreduce_s(sent / calls, nodes),
+                    calls * beside.allreduce_cpu_s(sent / calls, nodes)) if beside else None
         hook = timeline.hook_work(bucket)
         # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
-        phases.append(((wire, cpu), (0.0, hook) if on_cpu else (hook, 0.0)))
+        phases.append((Phase(wire, cpu, measured),
+                       Phase(0.0, hook) if on_cpu else Phase(hook, 0.0)))
     compute_end, comm_end, comm = _simulate(timeline, phases)
     exposed = max(0.0, comm_end - compute_end)
     # The forward pass waits for each buffer broadcast, over the link, before it starts;
@@ -318,15 +353,33 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
 _EPS = 1e-12
 
 
-def _comm_pace(wire_s: float, cpu_s: float, cpus: int, beside_compute: bool
-               ) -> tuple[float, float]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of a bucket's sync: its collectives, or its hook's own work. ``wire_s``
+    and ``cpu_s`` alone; ``beside``, where the link was measured beside compute, the
+    collectives' (seconds, compute taken in CPU seconds) there."""
+
+    wire_s: float
+    cpu_s: float
+    beside: tuple[float, float] | None = None
+
+
+def _comm_pace(phase: Phase, cpus: int, beside_compute: bool) -> tuple[float, float]:
     """(CPUs a phase of a bucket's sync takes, the share of it done per second).
 
     Alone it runs at wire speed, or at CPU speed where its CPU work is the longer (a phase
     of pure CPU work, the hook's, has no wire time). Beside backward on the same ``cpus``
-    it wants ``cpu_s / wire_s`` of a CPU and gets at most a fair share (the scheduler
-    splits the CPUs over the compute threads and gloo's).
+    it takes what it was measured to take there, where the link was (``Phase.beside``:
+    its time, and the compute it took over that time); otherwise it wants ``cpu_s /
+    wire_s`` of a CPU and gets at most a fair share (the scheduler splits the CPUs over
+    the compute threads and gloo's).
     """
+    wire_s, cpu_s = phase.wire_s, phase.cpu_s
+    if beside_compute and phase.beside and phase.beside[0] > _EPS:
+        # A faster wire (a lever, an upgrade) shortens the time, not the compute taken:
+        # it cannot take more than all the CPUs.
+        seconds = max(phase.beside[0], phase.beside[1] / cpus)
+        return phase.beside[1] / seconds, 1 / seconds
     if cpu_s <= _EPS:
         return 0.0, 1 / wire_s if wire_s > _EPS else math.inf
     wants = cpu_s / wire_s if wire_s > _EPS else math.inf
@@ -335,12 +388,12 @@ def _comm_pace(wire_s: float, cpu_s: float, cpus: int, beside_compute: bool
 
 
 def _simulate(timeline: Timeline,
-              phases: list[tuple[tuple[float, float], ...]]) -> tuple[float, float, float]:
+              phases: list[tuple[Phase, ...]]) -> tuple[float, float, float]:
     """Backward and the buckets' sync side by side, event by event, until both are done.
 
     ``work`` is how far backward is, in seconds of the single-node run; bucket i is handed
     over once ``work`` reaches its hand-over time and synced after the one before it,
-    phase by phase ((wire, cpu) seconds each: its collectives, then its hook's work). While
+    phase by phase (``Phase``: its collectives, then its hook's work). While
     a phase takes ``c`` CPUs of backward's ``k``, backward runs at ``(k - c) / k`` of its
     single-node speed. Where the timeline is serialized, backward waits at bucket i's
     ready time until bucket i-1 is done. Returns (when backward ends, when the last
@@ -367,7 +420,7 @@ def _simulate(timeline: Timeline,
             if compute_end is not None:  # backward is done, and nothing is sending
                 return compute_end, comm_end, comm_total
             barrier, running = math.inf, True   # nothing left to wait for
-        taken, pace = (_comm_pace(*phases[sending][phase], k, running)
+        taken, pace = (_comm_pace(phases[sending][phase], k, running)
                        if sending is not None else (0.0, 0.0))
         compute_pace = (k - taken) / k if running else 0.0
         # Advance to the next event: a phase done, or backward at its next point.
@@ -375,7 +428,7 @@ def _simulate(timeline: Timeline,
             0.0 if pace else math.inf
         if running:
             target = min(next((r for r in points if r > work + _EPS), end_work), barrier)
-            dt = min(dt, (target - work) / compute_pace)
+            dt = min(dt, (target - work) / compute_pace) if compute_pace > 0 else dt
         t, work = t + dt, work + compute_pace * dt
         if sending is not None:
             progress = 1.0 if math.isinf(pace) else progress + pace * dt

@@ -17,7 +17,9 @@ the ring's traffic: set ``NCCL_ALGO=Ring`` to measure the network (see results/R
 """
 from __future__ import annotations
 
+import bisect
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -132,6 +134,9 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         algbw, busbw = bandwidths(count * dtype.itemsize, seconds, ctx.world_size)
         row = {"size_bytes": count * dtype.itemsize, "count": count, "time_s": seconds,
                "cpu_time_s": cpu_s, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
+        if cfg.beside_compute:
+            _barrier(ctx)
+            row["beside_compute"] = beside_compute(ctx, cfg, collective, buffer)
         if cfg.check:
             # A fresh pattern: the timed buffer has been summed into itself many times.
             checked = pattern(count, ctx.rank, dtype, ctx.device)
@@ -142,6 +147,100 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         if ctx.is_leader:
             print(_row_text(row), file=sys.stderr, flush=True)
     return rows
+
+
+# The compute beside the all-reduces: matmuls on the rank's torch threads, as backward's
+# kernels are. 512 x 512 in float32: three 1 MiB matrices, past a core's L2 cache as
+# backward's working set is, so the copies gloo makes evict what the compute needs as
+# they would in training (a 128 x 128 matmul lives in L2 and would not see it).
+BUSY_MATRIX = 512
+# How long the compute runs alone, before and after the all-reduces beside it: its rate
+# there is what it loses against.
+ALONE_S = 0.15
+
+
+class BusyCompute:
+    """A thread doing fixed CPU work in a loop, stamping each piece done, so the work done
+    in any span of time can be counted afterwards."""
+
+    def __init__(self) -> None:
+        self._a = torch.randn(BUSY_MATRIX, BUSY_MATRIX)
+        self._out = torch.empty_like(self._a)
+        self.stamps: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="busy-compute", daemon=True)
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            torch.mm(self._a, self._a, out=self._out)
+            self.stamps.append(time.perf_counter())
+
+    def __enter__(self) -> BusyCompute:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def done_by(self, when: float) -> float:
+        """Pieces done by ``when``, the one under way counted by how far it is (each piece
+        taken to progress evenly from the previous stamp to its own)."""
+        return pieces_done_by(self.stamps, when)
+
+    def done_between(self, start: float, end: float) -> float:
+        return self.done_by(end) - self.done_by(start)
+
+
+def pieces_done_by(stamps: list[float], when: float) -> float:
+    """How many pieces, stamped in order as each was done, were done by ``when``: the
+    whole ones, and the share of the one under way since the stamp before it."""
+    done = bisect.bisect_right(stamps, when)
+    if done == 0 or done == len(stamps):
+        return float(done)
+    previous, this = stamps[done - 1], stamps[done]
+    return done + (when - previous) / (this - previous)
+
+
+def compute_lost_s(alone_done: float, alone_s: float, beside_done: float, beside_s: float,
+                   threads: int) -> float:
+    """The compute, in CPU seconds of its ``threads``, that did not happen over
+    ``beside_s`` against its rate alone: none where it ran as fast or faster (noise), and
+    at most all of it."""
+    if alone_done <= 0 or alone_s <= 0 or beside_s <= 0:
+        return 0.0
+    lost_share = 1 - (beside_done / beside_s) / (alone_done / alone_s)
+    return max(0.0, min(1.0, lost_share)) * threads * beside_s
+
+
+def beside_compute(ctx: distributed.DistContext, cfg: AllreduceConfig,
+                   collective: Collective, buffer: torch.Tensor) -> dict:
+    """One size's all-reduces again, each rank's compute thread working beside them: their
+    time (the slowest rank's), and the compute they took from it, in CPU seconds of the
+    rank's compute threads (the mean over ranks).
+
+    That is what a CPU job's backward loses while gloo's threads copy, sum and wait on the
+    same CPUs, and the kernel moves the bytes: everything the process-time figure
+    (``cpu_time_s``) leaves out, such as network work in interrupt context, and the
+    scheduler's choice of who runs, counted as the work the compute did not do. The
+    compute's rate alone is taken before and after, around the all-reduces beside it."""
+    with BusyCompute() as busy:
+        time.sleep(ALONE_S)            # the thread starts and warms up
+        before = time.perf_counter()
+        time.sleep(ALONE_S)
+        start = time.perf_counter()
+        for _ in range(cfg.iters):
+            collective(buffer)
+        end = time.perf_counter()
+        time.sleep(ALONE_S)
+        after = time.perf_counter()
+    lost = compute_lost_s(busy.done_between(before, start) + busy.done_between(end, after),
+                          start - before + after - end, busy.done_between(start, end),
+                          end - start, torch.get_num_threads()) / cfg.iters
+    seconds = distributed.max_across_ranks(ctx, (end - start) / cfg.iters)
+    lost = distributed.sum_across_ranks(ctx, [lost])[0] / ctx.world_size
+    # The schema reads a positive figure under a nanosecond as garbage: that is none.
+    return {"time_s": seconds, "compute_lost_s": lost if lost >= 1e-9 else 0.0}
 
 
 def _barrier(ctx: distributed.DistContext) -> None:
