@@ -52,6 +52,9 @@ class AllreduceConfig:
     beside_compute: bool = option(False, "also time each size while a compute thread works "
                                   "beside it, and record the compute it loses (on CPU, "
                                   "where backward and gloo share the CPUs)")
+    lockstep: bool = option(False, "also time the ranks computing in lockstep, the same "
+                            "work between syncs as DDP's steps: how long the slowest rank "
+                            "keeps the others waiting, for stretches of 10-640 ms (on CPU)")
     device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
     backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective may wait for a peer")
@@ -87,6 +90,8 @@ class AllreduceConfig:
         # On GPUs the compute is not on the CPUs gloo or NCCL's proxy threads use.
         require(not self.beside_compute or self.device == "cpu", "beside_compute", True,
                 "measures the compute a CPU loses; use it with --device cpu")
+        require(not self.lockstep or self.device == "cpu", "lockstep", True,
+                "times compute on the CPUs; use it with --device cpu")
 
     @classmethod
     def from_args(cls, argv: list[str] | None, prog: str = PROG) -> AllreduceConfig:

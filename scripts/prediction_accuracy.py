@@ -61,7 +61,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
         _run([*bench, "--workload", "allreduce", "--topologies", many,
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
-              "--dtype", dtype, "--beside-compute"])
+              "--dtype", dtype, "--beside-compute", "--lockstep"])
     shape = ["--image-size", str(a.image_size)] if a.image_size else []
     if a.model == "mlp":
         shape += ["--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth)]

@@ -156,23 +156,30 @@ def test_the_compute_lost_is_the_rate_missing_against_alone():
     assert allreduce.compute_lost_s(0, 0.3, 5, 0.5, threads=1) == 0
 
 
-def test_beside_compute_is_refused_off_the_cpu(monkeypatch):
+@pytest.mark.parametrize("flag", ["--beside-compute", "--lockstep"])
+def test_the_compute_probes_are_refused_off_the_cpu(monkeypatch, flag, tmp_path):
     import bench.allreduce_config as config
 
     monkeypatch.setattr(config, "resolve_device", lambda device, backend: ("cuda", "nccl"))
-    with pytest.raises(ConfigError, match="--beside-compute.*--device cpu"):
-        AllreduceConfig.from_args(["--beside-compute", "--results", "/tmp/r.jsonl"])
+    with pytest.raises(ConfigError, match=f"{flag}.*--device cpu"):
+        AllreduceConfig.from_args([flag, "--results", str(tmp_path / "r.jsonl")])
 
 
-def test_a_sweep_beside_compute_records_the_time_and_the_compute_lost(tmp_path):
+def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_path):
     results = tmp_path / "comm.jsonl"
     run = launch(["--device", "cpu", "--max-size", "4MiB", "--min-size", "1MiB",
-                  "--iters", "5", "--warmup-iters", "1", "--beside-compute"], results,
-                 nproc=2, module="bench.rank.allreduce")
+                  "--iters", "5", "--warmup-iters", "1", "--beside-compute", "--lockstep"],
+                 results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0, run.stderr
     (rec,) = run.records
     validate(rec)
-    assert rec["config"]["beside_compute"] is True
+    assert rec["config"]["beside_compute"] is True and rec["config"]["lockstep"] is True
+    # Lockstep: one row per stretch, each near its length (the work is counted from the
+    # rate alone, and both ranks share this machine's CPUs), its wait at least none.
+    steps = rec["lockstep"]
+    assert [row["syncs"] for row in steps] == [n for _, n in allreduce.LOCKSTEP_STRETCHES]
+    for row, (stretch, _) in zip(steps, allreduce.LOCKSTEP_STRETCHES, strict=True):
+        assert stretch / 3 < row["compute_s"] < stretch * 5 and row["wait_s"] >= 0
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).
@@ -183,3 +190,4 @@ def test_a_sweep_beside_compute_records_the_time_and_the_compute_lost(tmp_path):
     run = launch(["--device", "cpu", "--max-size", "1KiB", "--iters", "1",
                   "--warmup-iters", "0"], results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0 and "beside_compute" not in run.records[-1]["sizes"][0]
+    assert "lockstep" not in run.records[-1]

@@ -180,7 +180,12 @@ def test_the_band_ends_take_the_extremes_beside_compute_too():
                         "busbw_GBps": 0.1,
                         "beside_compute": {"time_s": 0.6, "compute_lost_s": 0.05}}])
 
-    links = LinkRange.of_sweeps([sweep(0.002, 0.001), sweep(0.003, 0.0005)])
+    calm, busy = sweep(0.002, 0.001), sweep(0.003, 0.0005)
+    calm["lockstep"] = [{"compute_s": 0.3, "wait_s": 0.002, "syncs": 12}]
+    busy["lockstep"] = [{"compute_s": 0.3, "wait_s": 0.009, "syncs": 12}]
+    links = LinkRange.of_sweeps([calm, busy])
+    # The slow end waits as long as the sweep that waited most, the fast end the least.
+    assert links.slow.lockstep == ((0.3, 0.009),) and links.fast.lockstep == ((0.3, 0.002),)
     slow, fast = links.slow.beside, links.fast.beside
     assert slow is not None and fast is not None
     assert slow.latency_s > fast.latency_s and slow.cpu_latency_s == 0.001
@@ -189,6 +194,60 @@ def test_the_band_ends_take_the_extremes_beside_compute_too():
     links = LinkRange.of_sweeps([sweep(0.002, 0.001), _sweep(
         [{"size_bytes": 1024, "time_s": 0.001, "cpu_time_s": 0.0005, "busbw_GBps": 0.001}])])
     assert links.slow.beside is None and links.point.beside is None
+
+
+def test_the_sync_wait_is_read_from_the_lockstep_probe():
+    link = dataclasses.replace(GBIT, lockstep=((0.1, 0.002), (0.4, 0.012)), lockstep_ranks=2)
+    assert link.sync_wait_s(0.05, 2) == pytest.approx(0.001)     # in proportion below
+    assert link.sync_wait_s(0.2, 2) == pytest.approx(0.002 + 0.01 / 3)   # between
+    assert link.sync_wait_s(0.8, 2) == pytest.approx(0.024)      # in proportion above
+    # Four nodes wait for the slowest of four: 1.03 / 0.56 of the two-rank figure.
+    assert link.sync_wait_s(0.4, 4) == pytest.approx(0.012 * 1.0294 / 0.5642, rel=1e-3)
+    assert link.sync_wait_s(0.4, 1) == 0 and GBIT.sync_wait_s(0.4, 2) == 0
+
+
+def test_expected_maxima_of_normal_draws():
+    from bench.analysis.prediction import expected_max_normal
+
+    # Tabulated values (Harter 1961): 2 draws 0.5642, 3 0.8463, 4 1.0294, 10 1.5388.
+    for count, value in [(2, 0.5642), (3, 0.8463), (4, 1.0294), (10, 1.5388)]:
+        assert expected_max_normal(count) == pytest.approx(value, abs=1e-4)
+    assert expected_max_normal(1) == 0
+
+
+def test_each_sync_waits_for_the_slowest_rank_and_what_follows_moves():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(0.0, 0.0), step_s=0.4)
+    # No buffers: the stretch to the gradient sync is the whole step (the 0.1 s tail of
+    # the step before, then forward and backward): 0.4 s, late by a tenth of it.
+    slowest, late = timeline.slowest_rank(lambda stretch: 0.1 * stretch)
+    assert late == pytest.approx(0.04)
+    assert slowest.ready_s == pytest.approx((0.1 + 0.04 / 3, 0.34))
+    assert slowest.step_s == pytest.approx(0.44) and slowest.tail_s == pytest.approx(0.1)
+    # With buffers the step has two syncs: the broadcast ends the tail's stretch.
+    with_buffers = dataclasses.replace(timeline, broadcast_bytes=(100.0,))
+    assert with_buffers.slowest_rank(lambda stretch: 0.1 * stretch)[1] == pytest.approx(0.03)
+    # Serialized (PowerSGD on gloo): backward waits at every bucket, each a sync.
+    serialized = dataclasses.replace(timeline, serialized=True)
+    slowest, late = serialized.slowest_rank(lambda stretch: 0.1 * stretch)
+    # Stretches: 0.1 + 0.1 (the tail before) = 0.2 s, then 0.2 s: 0.02 s late at each.
+    assert late == pytest.approx(0.04) and slowest.ready_s == pytest.approx((0.12, 0.34))
+
+
+def test_the_prediction_charges_the_lockstep_waits():
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(0.0, 0.0), step_s=0.4)
+    link = dataclasses.replace(GBIT, lockstep=((0.4, 0.04),), lockstep_ranks=2)
+    two, four = predict_step(timeline, link, 2), predict_step(timeline, link, 4)
+    assert two.skew_s == pytest.approx(0.04) and two.step_s == pytest.approx(0.44)
+    assert four.skew_s == pytest.approx(0.04 * 1.0294 / 0.5642, rel=1e-3)
+    # With buffers: 0.3 s to the gradient sync, 0.1 s (the optimizer) to the broadcast.
+    buffered = dataclasses.replace(timeline, broadcast_bytes=(100.0,))
+    assert predict_step(buffered, link, 2).skew_s == pytest.approx(0.04)
+    assert predict_step(timeline, GBIT, 2).skew_s == 0      # no probe, no charge
+    rec = _sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.001}])
+    rec["lockstep"] = [{"compute_s": 0.3, "wait_s": 0.006, "syncs": 12},
+                       {"compute_s": 0.01, "wait_s": 0.001, "syncs": 40}]
+    measured = Link.from_allreduce(rec)
+    assert measured.lockstep == ((0.01, 0.001), (0.3, 0.006)) and measured.lockstep_ranks == 2
 
 
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():

@@ -25,6 +25,17 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   they took away there, measured, instead (``Link.beside``): that holds the kernel's
   network work and the scheduler's share, which gloo's own CPU time does not. On GPUs
   it is not charged;
+- each sync waits for the slowest rank: a rank's stretches of compute vary (the
+  scheduler, the machine's other work), and every rank waits at a sync for the one that
+  took longest. The sweep's ``--lockstep`` probe measures it on the hosts: every rank
+  does the same stretch of compute (10 to 640 ms), then a sync, over and over, and the
+  wait is the mean of the slowest rank's stretch less the ranks' mean. The model draws
+  out each stretch of the one-node timeline that ends at a sync by the wait measured for
+  its length (the last bucket's hand-over, after the whole step or, with buffers, after
+  forward and backward; every bucket's with a serialized hook; the broadcast, after the
+  optimizer), and moves what follows. A probe over 2 ranks is moved to N as the expected
+  maximum of N normal draws grows. On two emulated hosts of one CPU it measured 1-26 ms,
+  2-4% of a stretch of 150-600 ms;
 - a model with buffers (BatchNorm's running statistics) waits before a step's forward for
   DDP to broadcast rank 0's buffers: one collective per dtype (the record's
   ``broadcast_bytes``), each charged the link's per-call latency a once plus its bytes
@@ -243,8 +254,11 @@ class LinkRange:
             besides = [m.beside for m in links if m.beside]
             beside = end(besides, pick_bw, pick_cost) \
                 if besides and len(besides) == len(links) else None
+            # The hosts' waits in lockstep: the sweep whose waits add up to the most (or least).
+            waits = pick_cost(links, key=lambda m: sum(w for _, w in m.lockstep))
             return dataclasses.replace(
-                links[-1], busbw_Bps=pick_bw(m.busbw_Bps for m in links),
+                links[-1], lockstep=waits.lockstep, lockstep_ranks=waits.lockstep_ranks,
+                busbw_Bps=pick_bw(m.busbw_Bps for m in links),
                 latency_s=pick_cost(m.latency_s for m in links),
                 cpu_latency_s=pick_cost(m.cpu_latency_s for m in links),
                 cpu_s_per_bus_byte=pick_cost(m.cpu_s_per_bus_byte for m in links),
@@ -428,7 +442,7 @@ def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
     falls within the band stand beside the prediction; then each setup's levers."""
     link = links.point
     lines = [f"link: {link.source}, latency {link.latency_s * 1e3:.2f} ms per all-reduce",
-             _cpu_cost_line(link, repeats), *_link_band_lines(links)]
+             _cpu_cost_line(link, repeats), _lockstep_line(link), *_link_band_lines(links)]
     by_setup: dict[tuple, list[Predicted]] = {}
     for row in predictions(repeats, links, nodes, measured):
         by_setup.setdefault(row.setup, []).append(row)
@@ -515,6 +529,17 @@ def _lever_lines(ranked: list[tuple[Lever, Band]], nodes: int) -> list[str]:
     lines.append(f"most help: {best.name} (the most samples/s at {nodes} nodes, what a lab "
                  "gets; not the largest speedup)")
     return lines
+
+
+def _lockstep_line(link: Link) -> str:
+    """What each sync waits for the slowest rank, as the sweep's lockstep probe measured."""
+    if not link.lockstep:
+        return ("waiting for the slowest rank: not charged (the sweep has no lockstep probe: "
+                "run it with --lockstep)")
+    waits = ", ".join(f"{w * 1e3:.1f} ms after {c * 1e3:.0f} ms" for c, w in link.lockstep)
+    return (f"waiting for the slowest rank at each sync, measured in lockstep over "
+            f"{link.lockstep_ranks} ranks: {waits} of compute (more ranks wait longer, as "
+            "the expected maximum of normal draws grows)")
 
 
 def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:

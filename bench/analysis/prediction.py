@@ -6,6 +6,7 @@ line and report. The model is described in ``bench.analysis.predict``'s docstrin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 
@@ -48,6 +49,11 @@ class Link:
     cpu_s_per_bus_byte: float = 0.0
     times: tuple[tuple[float, float], ...] = ()   # the sweep's (bytes, seconds)
     beside: Link | None = None
+    # The hosts in lockstep (the sweep's ``--lockstep``): (stretch of compute between
+    # syncs, seconds the slowest rank kept the mean one waiting at each sync), over
+    # ``lockstep_ranks`` ranks. None measured: no wait charged.
+    lockstep: tuple[tuple[float, float], ...] = ()
+    lockstep_ranks: int = 0
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -70,6 +76,12 @@ class Link:
             measured = cls._from_sizes(rec, beside)
             link = dataclasses.replace(link, beside=dataclasses.replace(
                 measured, source=f"{measured.source}, beside compute"))
+        steps = rec.get("lockstep") or ()
+        if steps and rec["world_size"] > 1:
+            link = dataclasses.replace(
+                link, lockstep=tuple(sorted((row["compute_s"], row["wait_s"])
+                                            for row in steps)),
+                lockstep_ranks=rec["world_size"])
         return link
 
     @classmethod
@@ -135,6 +147,25 @@ class Link:
         levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
         return (self.latency_s + levels * size_bytes / self.busbw_Bps) if levels else 0.0
 
+    def sync_wait_s(self, compute_s: float, nodes: int) -> float:
+        """How long a sync after ``compute_s`` of compute waits, on ``nodes`` nodes, for the
+        slowest one beyond the mean: read from the lockstep probe between its stretches
+        (in proportion below the shortest and above the longest), and moved from the
+        probe's rank count to ``nodes`` as the expected maximum of that many normal draws
+        grows (0.56 of a standard deviation for 2, 1.03 for 4)."""
+        steps = self.lockstep
+        if not steps or nodes < 2 or compute_s <= 0:
+            return 0.0
+        if compute_s <= steps[0][0]:
+            wait = steps[0][1] * compute_s / steps[0][0]
+        elif compute_s >= steps[-1][0]:
+            wait = steps[-1][1] * compute_s / steps[-1][0]
+        else:
+            (c_a, w_a), (c_b, w_b) = next((one, two) for one, two in zip(
+                steps, steps[1:], strict=False) if compute_s <= two[0])
+            wait = w_a + (compute_s - c_a) / (c_b - c_a) * (w_b - w_a)
+        return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
+
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
 
@@ -154,6 +185,23 @@ class Link:
             beside=self.beside and self.beside.at_rate(rate_bps),
             source=f"{format_rate(rate_bps)} at the {efficiency:.0%} efficiency, latency and "
                    f"CPU cost of the {self.source}")
+
+
+@functools.cache
+def expected_max_normal(count: int) -> float:
+    """E[max of ``count`` independent standard normal draws] (0 for one), by integrating
+    x d(Phi(x)^count) over [-8, 8]."""
+    if count < 2:
+        return 0.0
+    steps, low, high = 4000, -8.0, 8.0
+    width = (high - low) / steps
+    total = 0.0
+    for i in range(steps):
+        x = low + (i + 0.5) * width
+        phi = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        total += x * count * phi * cdf ** (count - 1) * width
+    return total
 
 
 # A message is latency-bound where its wire time (at the sweep's busbw) is under this
@@ -255,6 +303,35 @@ class Timeline:
         """After backward and the one rank's last hook: the optimizer step and the rest."""
         return max(0.0, self.step_s - max(self.backward_end_s, self.done_last_s or 0.0))
 
+    def slowest_rank(self, wait) -> tuple[Timeline, float]:
+        """The timeline every rank keeps to over N nodes: the slowest one's, and how much
+        later its backward ends. Each sync (the last bucket's hand-over; with a serialized
+        hook, every bucket's, as backward waits for it) is late by ``wait(stretch)``, the
+        stretch being the compute since the sync before: a step's forward and backward
+        after the buffer broadcast, or the whole step (the tail before included) without
+        one. Each stretch is drawn out evenly by its wait, and what follows it moves."""
+        syncs = self.handover_s if self.serialized else (self.backward_end_s,)
+        lead = 0.0 if self.broadcast_bytes else self.tail_s
+        marks, shift, previous = [], 0.0, 0.0
+        for k, point in enumerate(syncs):
+            before = shift
+            shift += wait(point - previous + (lead if k == 0 else 0.0))
+            marks.append((previous, point, before, shift))
+            previous = point
+
+        def moved(t: float) -> float:
+            for start, end, before, after in marks:
+                if t <= end:
+                    share = (t - start) / (end - start) if end > start else 1.0
+                    return t + before + max(0.0, share) * (after - before)
+            return t + shift
+
+        move = lambda times: tuple(moved(t) for t in times) if times else times  # noqa: E731
+        return dataclasses.replace(
+            self, ready_s=move(self.ready_s), issued_s=move(self.issued_s),
+            done_last_s=None if self.done_last_s is None else moved(self.done_last_s),
+            step_s=self.step_s + shift), shift
+
     def hook_work(self, bucket: int) -> float:
         return self.hook_s[bucket] if self.hook_s else 0.0
 
@@ -316,6 +393,7 @@ class Prediction:
     exposed_s: float       # what the step waits for beyond its own compute
     stolen_s: float = 0.0  # how much later backward ends: CPU time taken from it, and waits
     buffers_s: float = 0.0  # DDP's buffer broadcasts before the forward pass, waited for
+    skew_s: float = 0.0     # the syncs waiting for the slowest rank (the lockstep probe)
 
     @property
     def hidden_share(self) -> float:
@@ -326,6 +404,8 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring)."""
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
+    wait = lambda stretch: link.sync_wait_s(stretch, nodes)  # noqa: E731
+    timeline, late = timeline.slowest_rank(wait)
     calls = timeline.calls_per_bucket
     on_cpu = timeline.compute_cpus is not None
     beside = link.beside if on_cpu else None
@@ -346,8 +426,11 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     # The forward pass waits for each buffer broadcast, over the link, before it starts;
     # on one node it had no peer (its local copy is inside the timeline already).
     buffers = sum(link.broadcast_s(size, nodes) for size in timeline.broadcast_bytes)
-    return Prediction(nodes, buffers + max(compute_end, comm_end) + timeline.tail_s, comm,
-                      exposed, compute_end - timeline.backward_end_s, buffers)
+    # The broadcast is a sync too: after the optimizer's stretch, the slowest rank's.
+    late_to_broadcast = wait(timeline.tail_s) if timeline.broadcast_bytes else 0.0
+    return Prediction(nodes, buffers + late_to_broadcast + max(compute_end, comm_end)
+                      + timeline.tail_s, comm, exposed, compute_end - timeline.backward_end_s,
+                      buffers, late + late_to_broadcast)
 
 
 _EPS = 1e-12

@@ -18,6 +18,7 @@ the ring's traffic: set ``NCCL_ALGO=Ring`` to measure the network (see results/R
 from __future__ import annotations
 
 import bisect
+import statistics
 import sys
 import threading
 import time
@@ -243,6 +244,51 @@ def beside_compute(ctx: distributed.DistContext, cfg: AllreduceConfig,
     return {"time_s": seconds, "compute_lost_s": lost if lost >= 1e-9 else 0.0}
 
 
+# The stretches of compute between syncs the lockstep probe times (seconds), and how many
+# of each: DDP's sync intervals run from a PowerSGD bucket's few ms to a whole step.
+LOCKSTEP_STRETCHES = ((0.01, 40), (0.04, 30), (0.16, 20), (0.32, 12), (0.64, 8))
+
+
+def lockstep(ctx: distributed.DistContext) -> list[dict]:
+    """The ranks computing in lockstep: the same work on every rank, then a sync (a
+    one-element all-reduce), over and over, as DDP's steps are. Per stretch of compute:
+    its mean time, and the mean over syncs of how much longer the slowest rank's stretch
+    took than the ranks' mean, what each sync costs beyond the compute a one-node run
+    shows (a rank's own stretches vary: the scheduler, the machine's other work).
+
+    The work per stretch is a count of pieces (512 x 512 matmuls) for its length at the
+    slowest rank's rate alone; every rank does that count. With one rank there is no
+    wait."""
+    piece = torch.randn(BUSY_MATRIX, BUSY_MATRIX)
+    out = torch.empty_like(piece)
+    sync = torch.zeros(1)
+
+    def compute(pieces: int) -> float:
+        start = time.perf_counter()
+        for _ in range(pieces):
+            torch.mm(piece, piece, out=out)
+        return time.perf_counter() - start
+
+    compute(5)                                     # warm up
+    piece_s = distributed.max_across_ranks(ctx, compute(20) / 20)
+    rows = []
+    for stretch_s, count in LOCKSTEP_STRETCHES:
+        pieces = max(1, round(stretch_s / piece_s))
+        _barrier(ctx)
+        own = []
+        for _ in range(count):
+            own.append(compute(pieces))
+            if ctx.is_distributed:
+                dist.all_reduce(sync)
+        every = distributed.all_gather_objects(ctx, own)
+        waits = [max(times) - statistics.fmean(times) for times in zip(*every, strict=True)]
+        wait = statistics.fmean(waits)
+        # The schema reads a positive figure under a nanosecond as garbage: that is none.
+        rows.append({"compute_s": statistics.fmean(t for times in every for t in times),
+                     "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": count})
+    return rows
+
+
 def _barrier(ctx: distributed.DistContext) -> None:
     if ctx.is_distributed:
         dist.barrier()
@@ -288,6 +334,8 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
             print(HEADER, file=sys.stderr, flush=True)
         rec["sizes"] = sweep(cfg, ctx, collective)
         rec.update(summarize(rec["sizes"]))
+        if cfg.lockstep:
+            rec["lockstep"] = lockstep(ctx)
 
     return job.run(PROG, skeleton(cfg), cfg.results,
                    DistributedConfig(device=cfg.device, backend=cfg.backend,
