@@ -45,19 +45,21 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
 
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
 hosts of one CPU at 5 Gbit/s; results/reference/missing-cost/README.md):
-- a collective waiting longer while the CPUs compute than in the idle sweep: a sweep beside
-  a busy process on each host measured 3.87 ms per small all-reduce against 2.67 idle, and
-  a buffer broadcast in training costs about 7 ms against the 2.4-3.2 ms charged;
 - PowerSGD's chain after its first collective: on one rank that collective completes at
   once and the whole hook runs on backward's thread; over two ranks the rest runs on gloo's
-  thread and took 17-42 ms for the last bucket, against 7-9 ms charged;
-- each step waiting for the slower rank: 12-24 ms a step on the demo; charging it from the
-  one-node run's step spread put the reference rows at 5 Gbit/s off by 13-14%;
-- hosts slowing each other when they run the same memory-bound phase at once.
-So the demo measures 0.84-0.91 of the prediction. On 2-4 emulated hosts running the MLP
-every hook came within 0.97-1.04 of its prediction (results/reference/emulated-accuracy/,
-24 of 24 rows); on an earlier, faster instance PowerSGD at 1 Gbit/s and 3 nodes measured
-0.83 of it, not explained yet (that directory's README).
+  thread, and each of its collectives waits for the other rank: 52-60 ms from the first
+  bucket's hand-over to its end beside backward, 24-34 ms for the last bucket alone;
+- the last bucket's all-reduce after backward took 13-18 ms more than charged;
+- hosts slowing each other when they run the same memory-bound phase at once: on two
+  emulated hosts both ranks run the optimizer together, right after the same sync, and it
+  took 2.5-4.8 ms longer than on one (whose neighbour's copy runs out of step). Real
+  hosts do not share memory.
+So the demo measures 0.88-0.92 of the prediction (0.84-0.91 before the beside-compute and
+lockstep measurements). On 2-4 emulated hosts running the MLP every hook came within
+0.97-1.04 of its prediction (results/reference/emulated-accuracy/, 24 of 24 rows, before
+both; its sweeps have neither, so they predict as they did); on an earlier, faster
+instance PowerSGD at 1 Gbit/s and 3 nodes measured 0.83 of it, not explained yet (that
+directory's README).
 
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
