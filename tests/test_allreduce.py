@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench.options import ConfigError
-from bench.rank import allreduce
+from bench.rank import allreduce, compute_probe
 from bench.rank.allreduce import AllreduceConfig, bandwidths, bus_factor, message_sizes
 from tests.conftest import REPO, free_port, launch, validate
 
@@ -141,19 +141,19 @@ def test_a_corrupted_result_fails_the_command(tmp_path):
 
 def test_pieces_done_count_the_one_under_way():
     stamps = [1.0, 2.0, 4.0]          # pieces done at 1, 2 and 4 s
-    assert allreduce.pieces_done_by(stamps, 0.5) == 0
-    assert allreduce.pieces_done_by(stamps, 2.0) == 2
-    assert allreduce.pieces_done_by(stamps, 3.0) == pytest.approx(2.5)   # half the third
-    assert allreduce.pieces_done_by(stamps, 9.0) == 3
+    assert compute_probe.pieces_done_by(stamps, 0.5) == 0
+    assert compute_probe.pieces_done_by(stamps, 2.0) == 2
+    assert compute_probe.pieces_done_by(stamps, 3.0) == pytest.approx(2.5)   # half the third
+    assert compute_probe.pieces_done_by(stamps, 9.0) == 3
 
 
 def test_the_compute_lost_is_the_rate_missing_against_alone():
     # Alone 100 pieces a second; beside, 60 in one second: 40% of 2 threads' second lost.
-    assert allreduce.compute_lost_s(30, 0.3, 60, 1.0, threads=2) == pytest.approx(0.8)
+    assert compute_probe.compute_lost_s(30, 0.3, 60, 1.0, threads=2) == pytest.approx(0.8)
     # Faster beside than alone is noise, not a gain; nothing done is all of it.
-    assert allreduce.compute_lost_s(30, 0.3, 200, 1.0, threads=1) == 0
-    assert allreduce.compute_lost_s(30, 0.3, 0, 0.5, threads=1) == pytest.approx(0.5)
-    assert allreduce.compute_lost_s(0, 0.3, 5, 0.5, threads=1) == 0
+    assert compute_probe.compute_lost_s(30, 0.3, 200, 1.0, threads=1) == 0
+    assert compute_probe.compute_lost_s(30, 0.3, 0, 0.5, threads=1) == pytest.approx(0.5)
+    assert compute_probe.compute_lost_s(0, 0.3, 5, 0.5, threads=1) == 0
 
 
 @pytest.mark.parametrize("flag", ["--beside-compute", "--lockstep"])
@@ -177,8 +177,8 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     # Lockstep: one row per stretch, each near its length (the work is counted from the
     # rate alone, and both ranks share this machine's CPUs), its wait at least none.
     steps = rec["lockstep"]
-    assert [row["syncs"] for row in steps] == [n for _, n in allreduce.LOCKSTEP_STRETCHES]
-    for row, (stretch, _) in zip(steps, allreduce.LOCKSTEP_STRETCHES, strict=True):
+    assert [row["syncs"] for row in steps] == [n for _, n in compute_probe.LOCKSTEP_STRETCHES]
+    for row, (stretch, _) in zip(steps, compute_probe.LOCKSTEP_STRETCHES, strict=True):
         assert stretch / 3 < row["compute_s"] < stretch * 5 and row["wait_s"] >= 0
     for row in rec["sizes"]:
         beside = row["beside_compute"]

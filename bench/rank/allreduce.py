@@ -17,10 +17,8 @@ the ring's traffic: set ``NCCL_ALGO=Ring`` to measure the network (see results/R
 """
 from __future__ import annotations
 
-import bisect
-import statistics
+import functools
 import sys
-import threading
 import time
 from collections.abc import Callable
 
@@ -42,6 +40,7 @@ from bench.allreduce_config import (  # noqa: F401  (the sweep's config, re-expo
 from bench.config import DistributedConfig
 from bench.rank import distributed, job
 from bench.rank.clock import make_clock
+from bench.rank.compute_probe import beside_compute, lockstep
 from bench.units import format_size
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -137,7 +136,8 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
                "cpu_time_s": cpu_s, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
         if cfg.beside_compute:
             _barrier(ctx)
-            row["beside_compute"] = beside_compute(ctx, cfg, collective, buffer)
+            row["beside_compute"] = beside_compute(ctx, cfg.iters,
+                                                   functools.partial(collective, buffer))
         if cfg.check:
             # A fresh pattern: the timed buffer has been summed into itself many times.
             checked = pattern(count, ctx.rank, dtype, ctx.device)
@@ -147,145 +147,6 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         rows.append(row)
         if ctx.is_leader:
             print(_row_text(row), file=sys.stderr, flush=True)
-    return rows
-
-
-# The compute beside the all-reduces: matmuls on the rank's torch threads, as backward's
-# kernels are. 512 x 512 in float32: three 1 MiB matrices, past a core's L2 cache as
-# backward's working set is, so the copies gloo makes evict what the compute needs as
-# they would in training (a 128 x 128 matmul lives in L2 and would not see it).
-BUSY_MATRIX = 512
-# How long the compute runs alone, before and after the all-reduces beside it: its rate
-# there is what it loses against.
-ALONE_S = 0.15
-
-
-class BusyCompute:
-    """A thread doing fixed CPU work in a loop, stamping each piece done, so the work done
-    in any span of time can be counted afterwards."""
-
-    def __init__(self) -> None:
-        self._a = torch.randn(BUSY_MATRIX, BUSY_MATRIX)
-        self._out = torch.empty_like(self._a)
-        self.stamps: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="busy-compute", daemon=True)
-
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            torch.mm(self._a, self._a, out=self._out)
-            self.stamps.append(time.perf_counter())
-
-    def __enter__(self) -> BusyCompute:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def done_by(self, when: float) -> float:
-        """Pieces done by ``when``, the one under way counted by how far it is (each piece
-        taken to progress evenly from the previous stamp to its own)."""
-        return pieces_done_by(self.stamps, when)
-
-    def done_between(self, start: float, end: float) -> float:
-        return self.done_by(end) - self.done_by(start)
-
-
-def pieces_done_by(stamps: list[float], when: float) -> float:
-    """How many pieces, stamped in order as each was done, were done by ``when``: the
-    whole ones, and the share of the one under way since the stamp before it."""
-    done = bisect.bisect_right(stamps, when)
-    if done == 0 or done == len(stamps):
-        return float(done)
-    previous, this = stamps[done - 1], stamps[done]
-    return done + (when - previous) / (this - previous)
-
-
-def compute_lost_s(alone_done: float, alone_s: float, beside_done: float, beside_s: float,
-                   threads: int) -> float:
-    """The compute, in CPU seconds of its ``threads``, that did not happen over
-    ``beside_s`` against its rate alone: none where it ran as fast or faster (noise), and
-    at most all of it."""
-    if alone_done <= 0 or alone_s <= 0 or beside_s <= 0:
-        return 0.0
-    lost_share = 1 - (beside_done / beside_s) / (alone_done / alone_s)
-    return max(0.0, min(1.0, lost_share)) * threads * beside_s
-
-
-def beside_compute(ctx: distributed.DistContext, cfg: AllreduceConfig,
-                   collective: Collective, buffer: torch.Tensor) -> dict:
-    """One size's all-reduces again, each rank's compute thread working beside them: their
-    time (the slowest rank's), and the compute they took from it, in CPU seconds of the
-    rank's compute threads (the mean over ranks).
-
-    That is what a CPU job's backward loses while gloo's threads copy, sum and wait on the
-    same CPUs, and the kernel moves the bytes: everything the process-time figure
-    (``cpu_time_s``) leaves out, such as network work in interrupt context, and the
-    scheduler's choice of who runs, counted as the work the compute did not do. The
-    compute's rate alone is taken before and after, around the all-reduces beside it."""
-    with BusyCompute() as busy:
-        time.sleep(ALONE_S)            # the thread starts and warms up
-        before = time.perf_counter()
-        time.sleep(ALONE_S)
-        start = time.perf_counter()
-        for _ in range(cfg.iters):
-            collective(buffer)
-        end = time.perf_counter()
-        time.sleep(ALONE_S)
-        after = time.perf_counter()
-    lost = compute_lost_s(busy.done_between(before, start) + busy.done_between(end, after),
-                          start - before + after - end, busy.done_between(start, end),
-                          end - start, torch.get_num_threads()) / cfg.iters
-    seconds = distributed.max_across_ranks(ctx, (end - start) / cfg.iters)
-    lost = distributed.sum_across_ranks(ctx, [lost])[0] / ctx.world_size
-    # The schema reads a positive figure under a nanosecond as garbage: that is none.
-    return {"time_s": seconds, "compute_lost_s": lost if lost >= 1e-9 else 0.0}
-
-
-# The stretches of compute between syncs the lockstep probe times (seconds), and how many
-# of each: DDP's sync intervals run from a PowerSGD bucket's few ms to a whole step.
-LOCKSTEP_STRETCHES = ((0.01, 40), (0.04, 30), (0.16, 20), (0.32, 12), (0.64, 8))
-
-
-def lockstep(ctx: distributed.DistContext) -> list[dict]:
-    """The ranks computing in lockstep: the same work on every rank, then a sync (a
-    one-element all-reduce), over and over, as DDP's steps are. Per stretch of compute:
-    its mean time, and the mean over syncs of how much longer the slowest rank's stretch
-    took than the ranks' mean, what each sync costs beyond the compute a one-node run
-    shows (a rank's own stretches vary: the scheduler, the machine's other work).
-
-    The work per stretch is a count of pieces (512 x 512 matmuls) for its length at the
-    slowest rank's rate alone; every rank does that count. With one rank there is no
-    wait."""
-    piece = torch.randn(BUSY_MATRIX, BUSY_MATRIX)
-    out = torch.empty_like(piece)
-    sync = torch.zeros(1)
-
-    def compute(pieces: int) -> float:
-        start = time.perf_counter()
-        for _ in range(pieces):
-            torch.mm(piece, piece, out=out)
-        return time.perf_counter() - start
-
-    compute(5)                                     # warm up
-    piece_s = distributed.max_across_ranks(ctx, compute(20) / 20)
-    rows = []
-    for stretch_s, count in LOCKSTEP_STRETCHES:
-        pieces = max(1, round(stretch_s / piece_s))
-        _barrier(ctx)
-        own = []
-        for _ in range(count):
-            own.append(compute(pieces))
-            if ctx.is_distributed:
-                dist.all_reduce(sync)
-        every = distributed.all_gather_objects(ctx, own)
-        waits = [max(times) - statistics.fmean(times) for times in zip(*every, strict=True)]
-        wait = statistics.fmean(waits)
-        # The schema reads a positive figure under a nanosecond as garbage: that is none.
-        rows.append({"compute_s": statistics.fmean(t for times in every for t in times),
-                     "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": count})
     return rows
 
 
