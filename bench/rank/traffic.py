@@ -6,7 +6,9 @@ the record's bytes per step and the predictor's bucket timeline.
 """
 from __future__ import annotations
 
+import queue
 import statistics
+import threading
 
 import torch
 import torch.distributed as dist
@@ -136,10 +138,22 @@ class _CountingCollectives:
     """Stands in for ``torch.distributed`` inside torch's stock comm-hook modules: its
     all_reduce counts the bytes it is handed into the current ``GradientTraffic``, and
     everything else passes through. The stock hooks (plain, fp16, bf16, PowerSGD) stay
-    torch's own; only what they send is observed, whichever thread sends it."""
+    torch's own; only what they send is observed, whichever thread sends it.
+
+    ``defer`` (a one-rank probe of a serialized hook, PowerSGD on gloo): a hook's first
+    all-reduce completes on a thread of its own, as it does on gloo's over N ranks, instead
+    of at once. On one rank it was already done when PowerSGD chained the rest of its work
+    to it, so that work (two matmuls, the orthogonalisation, two more all-reduces) ran
+    inline on backward's thread and the timeline saw none of it after the hand-over; over
+    two ranks it runs on gloo's thread beside backward, and took 49-63 ms after the first
+    bucket's hand-over on two emulated hosts (issue 29). Deferred, the one-rank timeline
+    splits the hook where N ranks do, and its ``done_s`` holds the chain's own time."""
 
     def __init__(self) -> None:
         self.traffic: GradientTraffic | None = None
+        self.defer = False
+        self._completer: queue.SimpleQueue | None = None
+        self._held: list[_DeferredWork] = []
 
     def __getattr__(self, name: str):
         return getattr(dist, name)
@@ -147,7 +161,64 @@ class _CountingCollectives:
     def all_reduce(self, tensor, *args, **kwargs):
         if self.traffic is not None:
             self.traffic.sent(tensor)
-        return dist.all_reduce(tensor, *args, **kwargs)
+        work = dist.all_reduce(tensor, *args, **kwargs)
+        # The chain's own all-reduces, issued from the completing thread, complete at once
+        # there (as a callback on gloo's thread waits for the next collective).
+        if not (self.defer and kwargs.get("async_op")) or getattr(_COMPLETING, "now", False):
+            return work
+        if self._completer is None:
+            self._completer = queue.SimpleQueue()
+            # A daemon: a job that fails with a collective held must still exit.
+            threading.Thread(target=_complete_forever, args=(self._completer,),
+                             name="one-rank-completer", daemon=True).start()
+        deferred = _DeferredWork(work, tensor)
+        self._completer.put(deferred.complete)
+        self._held.append(deferred)
+        return deferred
+
+    def release(self) -> None:
+        """Let the deferred all-reduces complete: the hook has returned, and everything it
+        chained to them is attached (completing earlier would run the chain inline)."""
+        held, self._held = self._held, []
+        for deferred in held:
+            deferred.released.set()
+
+
+_COMPLETING = threading.local()
+
+
+def _complete_forever(tasks: queue.SimpleQueue) -> None:
+    while True:
+        tasks.get()()
+
+
+class _DeferredWork:
+    """A one-rank all-reduce's work whose future completes on the completer's thread."""
+
+    def __init__(self, work, tensor: torch.Tensor) -> None:
+        self._work, self._tensor = work, tensor
+        self._future: torch.futures.Future = torch.futures.Future()
+        self.released = threading.Event()
+
+    def complete(self) -> None:
+        self.released.wait()
+        try:
+            self._work.wait()
+        except Exception as error:  # noqa: BLE001  (the hook's future carries it)
+            self._future.set_exception(error)
+            return
+        _COMPLETING.now = True
+        try:
+            self._future.set_result([self._tensor])    # the hook's callbacks run here
+        finally:
+            _COMPLETING.now = False
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def wait(self, *args, **kwargs) -> bool:
+        self._future.wait()
+        return True
 
 
 _COUNTER = _CountingCollectives()
@@ -205,6 +276,7 @@ def _observed(observed: _ObservedHook, bucket):  # bucket: dist.GradBucket
         observed.pending.wait()
     future = observed.hook(observed.state, bucket).then(observed.done)
     observed.traffic.bucket_issued()
+    _COUNTER.release()
     if observed.serialize:
         observed.pending = future
     return future
@@ -230,6 +302,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
     state, hook = comm_hook(cfg)
     serialize = cfg.comm_hook == "powersgd" and ctx.backend == "gloo"
     traffic.serialized = serialize
+    _COUNTER.defer = serialize and ctx.world_size == 1
     ddp.register_comm_hook(_ObservedHook(traffic, state, hook, serialize), _observed)
     return ddp
 
