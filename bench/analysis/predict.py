@@ -43,21 +43,27 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   one node it had no peer to wait for; on two emulated hosts at 5 Gbit/s it made
   resnet18's forward 14 ms longer (issue 29). The MLP has no buffers.
 
+PowerSGD on gloo: over N ranks its hook's first all-reduce completes on gloo's thread, and
+the rest of the hook (two matmuls, the orthogonalisation, two more all-reduces) runs there,
+chained to it, beside backward. The one-rank probe completes that first all-reduce on a
+thread of its own for the same reason (``bench.rank.traffic``), so the one-node timeline
+holds the chain where N ranks run it: after the hand-over, as the hook's own work.
+
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
-hosts of one CPU at 5 Gbit/s; results/reference/missing-cost/README.md):
-- PowerSGD's chain after its first collective: on one rank that collective completes at
-  once and the whole hook runs on backward's thread; over two ranks the rest runs on gloo's
-  thread, and each of its collectives waits for the other rank: 52-60 ms from the first
-  bucket's hand-over to its end beside backward, 24-34 ms for the last bucket alone;
-- the last bucket's all-reduce after backward took 13-18 ms more than charged;
+hosts of one CPU at 5 Gbit/s; results/reference/powersgd-chain/README.md):
+- the last bucket's sync after backward took 11-16 ms more than charged, for both hooks;
 - hosts slowing each other when they run the same memory-bound phase at once: on two
   emulated hosts both ranks run the optimizer together, right after the same sync, and it
-  took 2.5-4.8 ms longer than on one (whose neighbour's copy runs out of step). Real
-  hosts do not share memory.
-So the demo measures 0.88-0.92 of the prediction (0.84-0.91 before the beside-compute and
-lockstep measurements). On 2-4 emulated hosts running the MLP every hook came within
-0.97-1.04 of its prediction (results/reference/emulated-accuracy/, 24 of 24 rows, before
-both; its sweeps have neither, so they predict as they did); on an earlier, faster
+  took about 3 ms longer than on one (whose neighbour's copy runs out of step). Real
+  hosts do not share memory;
+- the forward's buffer broadcasts on resnet18 at batch 8: the 2-node job reaches its first
+  bucket 20-25 ms later than the one-node probe, of which about 8 ms are charged.
+So the demo measures 0.94 (none) and 0.97 (PowerSGD) of the prediction (0.84-0.91 before
+the beside-compute and lockstep probes and the deferred chain). The grid of other
+workloads: 9 of 12 cells within 0.90-1.10 (results/reference/accuracy-grid-2/). On 2-4
+emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
+(results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
+Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster
 instance PowerSGD at 1 Gbit/s and 3 nodes measured 0.83 of it, not explained yet (that
 directory's README).
 
