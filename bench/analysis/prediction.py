@@ -36,9 +36,9 @@ class Link:
     computes beside the buckets' all-reduces. On two emulated hosts of one CPU a 32 MiB
     all-reduce took 38 and 78 ms from the compute at 1 Gbit/s, against 53 and 34 ms of
     gloo's own CPU time, and at 5 Gbit/s 47 ms against 50 while taking 107-109 ms instead
-    of 65 (results/reference/beside-compute/): the fair share the model otherwise assumes
-    is near at 5 Gbit/s, and the measurement, noisy as it is, replaces the assumption.
-    None where the sweep did not measure it.
+    of 65 (results/reference/missing-cost/, beside-*.jsonl). The fair share the model
+    assumes without it is near that at 5 Gbit/s; the measurement, noisy as it is,
+    replaces the assumption. None where the sweep did not measure it.
     """
 
     busbw_Bps: float      # bytes per second one link carries
