@@ -5,6 +5,7 @@ Under CI these run (CI is root and has iproute2); elsewhere they skip when eithe
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -81,8 +82,13 @@ def test_two_nodes_on_a_1gbit_link(lab_host, tmp_path):
     # The one-node job ran beside a neighbour on the second emulated host: a one-node copy
     # of it, started again each time it ended and stopped with the job (so it may have
     # finished no run of its own, but none of another shape).
+    # How far it got before the job ended is a race on a busy machine (in one CI run it was
+    # stopped before its first line): it printed the job's own banner, or none, and ran.
     logs = Path(one["matrix"]["logs"])
-    assert "[bench] smallcnn on 1 x cpu" in (logs / "neighbour1.log").read_text()
+    text = (logs / "neighbour1.log").read_text()
+    banners = set(re.findall(r"\[bench\] (\S+) on (\d+) x (\w+)", text))
+    assert banners <= {("smallcnn", "1", "cpu")}, banners
+    assert banners or "torch.distributed" in text, text[-2000:]
     neighbours = logs / "neighbours.jsonl"
     assert all(n["nnodes"] == 1 for n in record.read(neighbours)) if neighbours.exists() \
         else True
