@@ -47,14 +47,14 @@ def remove_tree_inside(path: Path, parent: Path, setting: str) -> None:
     The proof and the removal are one function on one resolved path, so no caller can
     remove what was not checked."""
     resolved, resolved_parent = path.resolve(), parent.resolve()
-    if not resolved.is_relative_to(resolved_parent):
-        raise ConfigError(setting, path.name or str(path), f"{path} resolves to {resolved}, "
-                          f"not inside {resolved_parent}: nothing was removed")
     if resolved == resolved_parent:
         raise ConfigError(setting, path.name or str(path), f"{path} resolves to "
                           f"{resolved_parent} itself, not to a directory inside it: nothing "
                           "was removed")
-    shutil.rmtree(resolved)
+    if not resolved.is_relative_to(resolved_parent):
+        raise ConfigError(setting, path.name or str(path), f"{path} resolves to {resolved}, "
+                          f"not inside {resolved_parent}: nothing was removed")
+    shutil.rmtree(resolved)   # proven just above: resolved, and relative to the parent
 
 
 def check_writable_file(path: Path, setting: str) -> None:
