@@ -8,7 +8,7 @@
 
 Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
 in each element type the hooks send; each size also beside compute, what the model takes
-from backward),
+from backward, and the ranks in lockstep, how long each sync waits for the slowest),
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
 the records: measured / predicted per hook and node count, written to accuracy.md. Both
 matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's

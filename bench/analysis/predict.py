@@ -34,8 +34,8 @@ The model, per optimizer step of the single-node run (its record's bucket timeli
   its length (the last bucket's hand-over, after the whole step or, with buffers, after
   forward and backward; every bucket's with a serialized hook; the broadcast, after the
   optimizer), and moves what follows. A probe over 2 ranks is moved to N as the expected
-  maximum of N normal draws grows. On two emulated hosts of one CPU it measured 1-26 ms,
-  2-4% of a stretch of 150-600 ms;
+  maximum of N normal draws grows. On two emulated hosts of one CPU it measured 2.6-26
+  ms after stretches of 141-611 ms (2-6% of them);
 - a model with buffers (BatchNorm's running statistics) waits before a step's forward for
   DDP to broadcast rank 0's buffers: one collective per dtype (the record's
   ``broadcast_bytes``), each charged the link's per-call latency a once plus its bytes

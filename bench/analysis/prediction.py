@@ -132,9 +132,7 @@ class Link:
         elif size_bytes >= largest:
             seconds = largest_s + (size_bytes - largest) * largest_s / largest
         else:
-            (size_a, a), (size_b, b) = next((one, two) for one, two in zip(
-                times, times[1:], strict=False) if size_bytes <= two[0])
-            seconds = a + (size_bytes - size_a) / (size_b - size_a) * (b - a)
+            seconds = _between(times, size_bytes)
         return max(0.0, seconds - self.latency_s) / size_bytes / (largest_s / largest)
 
     def broadcast_s(self, size_bytes: float, nodes: int) -> float:
@@ -161,9 +159,7 @@ class Link:
         elif compute_s >= steps[-1][0]:
             wait = steps[-1][1] * compute_s / steps[-1][0]
         else:
-            (c_a, w_a), (c_b, w_b) = next((one, two) for one, two in zip(
-                steps, steps[1:], strict=False) if compute_s <= two[0])
-            wait = w_a + (compute_s - c_a) / (c_b - c_a) * (w_b - w_a)
+            wait = _between(steps, compute_s)
         return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
 
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
@@ -185,6 +181,14 @@ class Link:
             beside=self.beside and self.beside.at_rate(rate_bps),
             source=f"{format_rate(rate_bps)} at the {efficiency:.0%} efficiency, latency and "
                    f"CPU cost of the {self.source}")
+
+
+def _between(table: tuple[tuple[float, float], ...], x: float) -> float:
+    """``table`` (ascending x, y) read piecewise linearly at an ``x`` strictly past its first
+    x and not past its last."""
+    (x_a, y_a), (x_b, y_b) = next((one, two) for one, two in zip(table, table[1:], strict=False)
+                                  if x <= two[0])
+    return y_a + (x - x_a) / (x_b - x_a) * (y_b - y_a)
 
 
 @functools.cache
