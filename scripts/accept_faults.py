@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -116,6 +117,17 @@ def schedule(counts: dict[str, int]) -> list[tuple[str, int]]:
     return [(name, number) for _at, _order, name, number in sorted(placed)]
 
 
+def device_shortfall(row: dict) -> float | None:
+    """How far a device row fell short of what was expected of it (0.2: 20% below its
+    peers' median); None for any other row, or one without two positive figures."""
+    measured, expected = row.get("measured"), row.get("expected")
+    if row.get("stage") != "device" or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in (measured, expected)) or expected <= 0:
+        return None
+    return 1 - measured / expected
+
+
 def tally(out: Path) -> list[dict]:
     rows = []
     for name, condition in CONDITIONS.items():
@@ -127,6 +139,8 @@ def tally(out: Path) -> list[dict]:
             except (OSError, ValueError) as error:
                 print(f"{path}: skipped: {error}", file=sys.stderr)
         named = 0
+        shortfalls = [f for v in verdicts for r in v.get("rows", [])
+                      if (f := device_shortfall(r)) is not None]
         if name == "data" and not verdicts:
             continue  # not run: no --nfs-export
         for verdict in verdicts:
@@ -140,6 +154,8 @@ def tally(out: Path) -> list[dict]:
                      "fail_rows": sum(v.get("failed", 0) for v in verdicts),
                      "warn_rows": sum(v.get("warned", 0) for v in verdicts),
                      "runs_with_a_fail": sum(v.get("failed", 0) > 0 for v in verdicts),
+                     # the margin to the device stage's thresholds (WARN 10%, FAIL 20%)
+                     "largest_device_shortfall": max(shortfalls, default=None),
                      "fault_named": named if condition.stage else None})
     return rows
 
@@ -149,11 +165,15 @@ def markdown(rows: list[dict], stages: str) -> str:
              f"{FAULTY}", "", f"Stages {stages}; every host held to {FAIR_QUOTA:g} CPU unless "
              "cut; 1 Gbit/s links.", "",
              "| condition | runs | exit 0 | runs with a FAIL | FAIL rows | WARN rows | "
-             "fault named (culprit and stage) |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "largest device shortfall | fault named (culprit and stage) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         named = "-" if r["fault_named"] is None else str(r["fault_named"])
+        worst = r["largest_device_shortfall"]
+        worst_text = "-" if worst is None else f"{worst:.0%}"
         lines.append(f"| {r['condition']} | {r['runs']} | {r['exit_0']} | "
-                     f"{r['runs_with_a_fail']} | {r['fail_rows']} | {r['warn_rows']} | {named} |")
+                     f"{r['runs_with_a_fail']} | {r['fail_rows']} | {r['warn_rows']} | "
+                     f"{worst_text} | {named} |")
     return "\n".join(lines)
 
 

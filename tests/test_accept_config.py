@@ -122,17 +122,24 @@ def _faults_script():
 def test_the_fault_benchmark_tallies_each_condition(tmp_path, capsys):
     faults = _faults_script()
 
-    def verdict(name: str, rows: list[tuple[str, str, str]]) -> None:
+    def verdict(name: str, rows: list[tuple[str, str, str]], figures=()) -> None:
         (tmp_path / name).mkdir()
         failed = sum(status == "FAIL" for _, _, status in rows)
         (tmp_path / name / "accept.json").write_text(json.dumps({
             "exit_code": 1 if failed else 0, "failed": failed,
             "warned": sum(status == "WARN" for _, _, status in rows),
-            "rows": [{"stage": s, "subject": subject, "status": status}
-                     for s, subject, status in rows]}))
+            "rows": [{"stage": s, "subject": subject, "status": status,
+                      **dict(zip(("measured", "expected"), figure, strict=False))}
+                     for (s, subject, status), figure in
+                     itertools.zip_longest(rows, figures, fillvalue=())]}))
 
+    # the shortfall is read from device rows with two good figures only
     verdict("clean-1", [("device", "node 0 vm rank 0", "PASS"),
-                        ("device", "node 1 vm rank 1", "WARN")])
+                        ("device", "node 1 vm rank 1", "WARN"),
+                        ("device", "node 2 vm rank 2", "PASS"),
+                        ("link", "node 0 - node 1", "PASS"),
+                        ("device", "node 3 vm rank 3", "PASS")],
+            [(95.0, 100.0), (88.0, 100.0), ("88", 100.0), (1.0, 100.0), (50.0, 0.0)])
     verdict("clean-2", [("device", "node 3 vm rank 3", "FAIL")])           # a false alarm
     verdict("cpu-1", [("device", "node 2 vm rank 2", "FAIL"), ("link", "node 2", "FAIL")])
     verdict("link-1", [("device", "node 2 vm rank 2", "FAIL")])            # the wrong stage
@@ -142,7 +149,9 @@ def test_the_fault_benchmark_tallies_each_condition(tmp_path, capsys):
     assert (rows["clean"]["runs"], rows["clean"]["exit_0"], rows["clean"]["warn_rows"],
             rows["clean"]["runs_with_a_fail"]) == (2, 1, 1, 1)
     assert rows["cpu"]["fault_named"] == 1 and rows["link"]["fault_named"] == 0
-    assert "| clean | 2 | 1 | 1 | 1 | 1 | - |" in capsys.readouterr().out
+    assert rows["clean"]["largest_device_shortfall"] == pytest.approx(0.12)
+    assert rows["cpu"]["largest_device_shortfall"] is None        # no figures
+    assert "| clean | 2 | 1 | 1 | 1 | 1 | 12% | - |" in capsys.readouterr().out
     # Its outputs are its own: a stranger's file there is refused before anything runs.
     (tmp_path / "accept-faults.md").write_text("mine\n")
     assert faults.main(["--out", str(tmp_path), "--analyse-only"]) == 2

@@ -18,6 +18,7 @@ Rank 0 gathers everything into one record (mode ``accept``); ``bench accept`` ju
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -31,7 +32,7 @@ import torch.distributed as dist
 from bench.accept_config import PROG, AcceptConfig, round_robin, skeleton
 from bench.config import DistributedConfig, ModelConfig
 from bench.rank import dataread, environment, job, nccl_capture
-from bench.rank.distributed import DistContext, all_gather_objects
+from bench.rank.distributed import DistContext, all_gather_objects, barrier
 
 # Each timed repeat runs at least this long (calls are batched): many periods of a CPU
 # quota (20-100 ms), so a repeat is not one lucky or unlucky period.
@@ -44,18 +45,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_repeats(fn: Callable[[], object], device: torch.device, repeats: int) -> list[float]:
-    """Seconds per call, ``repeats`` times: each repeat batches enough calls to last about
-    ``REPEAT_S`` (counted from one warm call), so a fast call is not all timer."""
+def timed_repeats(fn: Callable[[], object], device: torch.device, repeats: int,
+                  align: Callable[[], object] = lambda: None) -> list[float]:
+    """Seconds per call, ``repeats`` times: each repeat batches enough calls to last at
+    least ``REPEAT_S`` (counted from one warm call), so a fast call is not all timer.
+
+    ``align`` runs before each repeat (the device stage passes a barrier): every rank's
+    repeat then starts together, so peers are timed beside the same neighbours. Ranks that
+    drift apart would time one figure beside another's (a training step beside a memory
+    copy), and on hosts that share memory or a CPU the one that drew the heavier neighbour
+    would read slow for no fault of its own."""
     fn()
     _sync(device)
     start = time.perf_counter()
     fn()
     _sync(device)
     one = max(time.perf_counter() - start, 1e-7)
-    calls = max(1, min(MAX_CALLS, int(REPEAT_S / one)))
+    # ceil: a call of 0.3 s batched once would make a 0.3 s repeat, a few periods of a CPU
+    # quota, and a repeat's share of them is its noise.
+    calls = max(1, min(MAX_CALLS, math.ceil(REPEAT_S / one)))
     out = []
     for _ in range(repeats):
+        align()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -84,7 +95,8 @@ def matmul_figures(cfg: AcceptConfig, ctx: DistContext) -> dict[str, dict]:
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
-            seconds = timed_repeats(lambda a=a, b=b: torch.mm(a, b), ctx.device, cfg.repeats)
+            seconds = timed_repeats(lambda a=a, b=b: torch.mm(a, b), ctx.device, cfg.repeats,
+                                    lambda: barrier(ctx))
         finally:
             torch.backends.cuda.matmul.allow_tf32 = previous
         figures[f"matmul {name}"] = {"unit": "GFLOP/s",
@@ -96,7 +108,8 @@ def memory_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
     count = cfg.memory_bytes // 4
     source = torch.ones(count, dtype=torch.float32, device=ctx.device)
     target = torch.empty_like(source)
-    seconds = timed_repeats(lambda: target.copy_(source), ctx.device, cfg.repeats)
+    seconds = timed_repeats(lambda: target.copy_(source), ctx.device, cfg.repeats,
+                            lambda: barrier(ctx))
     # A copy reads and writes every byte.
     return {"unit": "GB/s", "values": [2 * count * 4 / s / 1e9 for s in seconds]}
 
@@ -106,7 +119,7 @@ def host_to_device_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
     host = torch.ones(count, dtype=torch.float32).pin_memory()
     target = torch.empty(count, dtype=torch.float32, device=ctx.device)
     seconds = timed_repeats(lambda: target.copy_(host, non_blocking=True), ctx.device,
-                            cfg.repeats)
+                            cfg.repeats, lambda: barrier(ctx))
     return {"unit": "GB/s", "values": [count * 4 / s / 1e9 for s in seconds]}
 
 
@@ -135,7 +148,7 @@ def train_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    seconds = timed_repeats(steps, ctx.device, cfg.repeats)
+    seconds = timed_repeats(steps, ctx.device, cfg.repeats, lambda: barrier(ctx))
     return {"unit": "samples/s",
             "values": [cfg.train_batch * cfg.train_steps / s for s in seconds],
             "workload": f"{cfg.train_model} batch {cfg.train_batch}"

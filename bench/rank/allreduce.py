@@ -120,7 +120,7 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         buffer = pattern(count, ctx.rank, dtype, ctx.device)
         for _ in range(cfg.warmup_iters):
             collective(buffer)
-        _barrier(ctx)
+        distributed.barrier(ctx)
         start, cpu_start = clock(), time.process_time()
         for _ in range(cfg.iters):
             collective(buffer)
@@ -135,7 +135,7 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         row = {"size_bytes": count * dtype.itemsize, "count": count, "time_s": seconds,
                "cpu_time_s": cpu_s, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None}
         if cfg.beside_compute:
-            _barrier(ctx)
+            distributed.barrier(ctx)
             row["beside_compute"] = beside_compute(ctx, cfg.iters,
                                                    functools.partial(collective, buffer))
         if cfg.check:
@@ -148,11 +148,6 @@ def sweep(cfg: AllreduceConfig, ctx: distributed.DistContext,
         if ctx.is_leader:
             print(_row_text(row), file=sys.stderr, flush=True)
     return rows
-
-
-def _barrier(ctx: distributed.DistContext) -> None:
-    if ctx.is_distributed:
-        dist.barrier()
 
 
 HEADER = f"{'size':>10} {'count':>12} {'time (us)':>12} {'algbw GB/s':>11} " \

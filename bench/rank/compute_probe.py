@@ -145,7 +145,7 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
     rows = []
     for stretch_s, count in LOCKSTEP_STRETCHES:
         pieces = max(1, round(stretch_s / piece_s))
-        _barrier(ctx)
+        distributed.barrier(ctx)
         own = []
         for _ in range(count):
             own.append(compute(pieces))
@@ -158,8 +158,3 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
         rows.append({"compute_s": statistics.fmean(t for times in every for t in times),
                      "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": count})
     return rows
-
-
-def _barrier(ctx: distributed.DistContext) -> None:
-    if ctx.is_distributed:
-        dist.barrier()

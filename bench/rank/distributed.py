@@ -121,6 +121,12 @@ def shutdown(*, synchronized: bool) -> None:
         dist.destroy_process_group()
 
 
+def barrier(ctx: DistContext) -> None:
+    """Every rank waits here for the others (nothing to wait for in one process)."""
+    if ctx.is_distributed:
+        dist.barrier()
+
+
 def all_gather_objects(ctx: DistContext, obj: object) -> list:
     """Every rank's ``obj`` (JSON-serialisable), in rank order (``[obj]`` for one process).
 
