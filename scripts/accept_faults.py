@@ -118,8 +118,9 @@ def schedule(counts: dict[str, int]) -> list[tuple[str, int]]:
 
 
 def device_shortfall(row: dict) -> float | None:
-    """How far a device row fell short of what was expected of it (0.2: 20% below its
-    peers' median); None for any other row, or one without two positive figures."""
+    """How far a device row fell short of what was expected of it (0.2: 20% below the row's
+    expected figure: its peers' median, or the reference table's where it has no peers);
+    None for any other row, or one without two finite figures and a positive expected one."""
     measured, expected = row.get("measured"), row.get("expected")
     if row.get("stage") != "device" or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -168,7 +169,7 @@ def markdown(rows: list[dict], stages: str) -> str:
              "largest device shortfall | fault named (culprit and stage) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        named = "-" if r["fault_named"] is None else str(r["fault_named"])
+        named = "-" if r["fault_named"] is None or not r["runs"] else str(r["fault_named"])
         worst = r["largest_device_shortfall"]
         worst_text = "-" if worst is None else f"{worst:.0%}"
         lines.append(f"| {r['condition']} | {r['runs']} | {r['exit_0']} | "

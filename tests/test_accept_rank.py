@@ -1,54 +1,107 @@
 """The acceptance run's timing on the rank side (``bench.rank.accept``): how a figure's
-repeats are timed, without a process group."""
+repeats are timed and aligned, on one process (no process group)."""
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
 
+from bench.accept_config import AcceptConfig
 from bench.rank import accept
+from bench.rank.distributed import DistContext
 
 CPU = torch.device("cpu")
 
 
-def test_a_repeat_batches_calls_to_last_at_least_repeat_s(monkeypatch):
-    """A call of two thirds of REPEAT_S is batched twice, not once: a repeat shorter than
-    REPEAT_S spans few periods of a CPU quota, and its share of them is noise."""
-    monkeypatch.setattr(accept, "REPEAT_S", 0.06)
-    calls = []
+def fake_clock(monkeypatch, first_call_s: float, later_call_s: float):
+    """``accept.time.perf_counter`` advanced by the calls only: the first timed call takes
+    ``first_call_s``, every later one ``later_call_s``. Returns the log of calls and the
+    call to time."""
+    now = [0.0]
+    log: list[str] = []
 
-    def work() -> None:
-        calls.append(time.perf_counter())
-        time.sleep(0.04)
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
 
-    seconds = accept.timed_repeats(work, CPU, repeats=3)
-    per_repeat = (len(calls) - 2) // 3          # two warm calls first
-    assert len(calls) == 2 + 3 * per_repeat
-    assert per_repeat == 2, per_repeat
-    assert all(s * per_repeat >= accept.REPEAT_S for s in seconds), seconds
+    def call() -> None:
+        log.append("call")
+        # the warm call and the timed one take first_call_s; the repeats later_call_s
+        now[0] += first_call_s if len(log) <= 2 else later_call_s
+
+    monkeypatch.setattr(accept, "time", Clock)
+    return log, call
 
 
-def test_every_repeat_starts_after_its_alignment(monkeypatch):
-    """The device stage aligns the ranks before each repeat (a barrier): the alignment runs
-    once per repeat, before that repeat's first call and after the previous one's last."""
-    monkeypatch.setattr(accept, "REPEAT_S", 0.0)      # one call per repeat
+@pytest.mark.parametrize("one_call_s, calls", [
+    (0.0, accept.MAX_CALLS),      # a call timed at nothing: at most MAX_CALLS
+    (1e-9, accept.MAX_CALLS),
+    (0.3, 2),                     # 0.6 s, not 0.3 s
+    (0.4, 2),                     # ceil, not round or int: 0.8 s, not 0.4 s
+    (0.2, 3),
+    (2.0, 1),                     # longer than REPEAT_S: once
+])
+def test_a_repeat_batches_calls_to_last_at_least_repeat_s(monkeypatch, one_call_s, calls):
+    """A repeat shorter than REPEAT_S spans few periods of a CPU quota, and its share of
+    them is noise: a call of 0.4 s is batched twice (0.8 s), not once."""
+    assert accept.REPEAT_S == 0.5
+    log, call = fake_clock(monkeypatch, one_call_s, one_call_s)
+    seconds = accept.timed_repeats(call, CPU, repeats=3)
+    assert len(log) == 2 + 3 * calls
+    assert len(seconds) == 3
+    if calls < accept.MAX_CALLS:
+        assert calls * one_call_s >= accept.REPEAT_S
+        assert math.ceil(accept.REPEAT_S / one_call_s) == calls
+
+
+def test_every_repeat_starts_after_its_alignment():
+    """The alignment runs once per repeat, before that repeat's first call and after the
+    previous one's last (the warm and the timing call come before any)."""
     events: list[str] = []
-    seconds = accept.timed_repeats(lambda: events.append("call"), CPU, repeats=4,
-                                   align=lambda: events.append("align"))
-    assert len(seconds) == 4
-    assert events == ["call", "call"] + ["align", "call"] * 4
+    accept.timed_repeats(lambda: events.append("call"), CPU, repeats=4,
+                         align=lambda: events.append("align"))
+    calls = (len(events) - 2 - 4) // 4
+    assert events == ["call", "call"] + (["align"] + ["call"] * calls) * 4
 
 
-@pytest.mark.parametrize("one_call_s", [0.0, 1e-9, 0.3, 2.0])
-def test_calls_per_repeat_stay_in_bounds(monkeypatch, one_call_s):
-    """A call timed at nothing is batched at most MAX_CALLS times; one longer than
-    REPEAT_S once."""
-    ticks = iter([0.0, one_call_s] + [float(n) for n in range(10_000_000)])
-    monkeypatch.setattr(accept.time, "perf_counter", lambda: next(ticks))
-    count = []
-    accept.timed_repeats(lambda: count.append(1), CPU, repeats=1)
-    expected = accept.MAX_CALLS if one_call_s < accept.REPEAT_S / accept.MAX_CALLS else \
-        max(1, math.ceil(accept.REPEAT_S / one_call_s))
-    assert len(count) - 2 == expected
+def one_rank() -> DistContext:
+    return DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0,
+                       device=CPU, backend="gloo")
+
+
+def tiny() -> AcceptConfig:
+    return AcceptConfig.from_args(["--stages", "device", "--device", "cpu", "--repeats", "2",
+                                   "--matmul-size", "16", "--memory-size", "1MiB",
+                                   "--train-steps", "1", "--train-batch", "2"])
+
+
+def test_the_device_stage_aligns_every_repeat_of_every_figure(monkeypatch):
+    monkeypatch.setattr(accept, "REPEAT_S", 0.0)
+    barriers = []
+    monkeypatch.setattr(accept, "barrier", lambda ctx: barriers.append(ctx.rank))
+    (mine,) = accept.device_stage(tiny(), one_rank())
+    assert list(mine["figures"]) == accept.figure_names(CPU)
+    assert len(barriers) == 2 * len(mine["figures"])
+    assert "not aligned" not in mine["note"]
+
+
+def test_ranks_timing_different_figures_are_not_aligned_and_say_so(monkeypatch):
+    """A CPU rank beside CUDA ranks (gloo) would pass fewer barriers than they do and hang
+    the stage: no repeat is aligned then, and the note says why."""
+    monkeypatch.setattr(accept, "REPEAT_S", 0.0)
+    barriers = []
+    monkeypatch.setattr(accept, "barrier", lambda ctx: barriers.append(ctx.rank))
+    gathered = iter([[accept.figure_names(CPU),
+                      [*accept.figure_names(CPU), "host-to-device pinned"]]])
+    monkeypatch.setattr(accept, "all_gather_objects",
+                        lambda ctx, obj: next(gathered, [obj]))
+    (mine,) = accept.device_stage(tiny(), one_rank())
+    assert barriers == []
+    assert "repeats not aligned across ranks" in mine["note"], mine["note"]
+    assert "2 different sets of figures" in mine["note"]
+
+
+def test_the_figure_names_follow_the_device():
+    assert accept.figure_names(CPU) == ["matmul fp32", "memory bandwidth", "training"]

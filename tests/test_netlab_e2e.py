@@ -234,11 +234,12 @@ def test_a_host_with_its_own_link_rate_is_shaped_at_both_ends(lab_host):
 # Issue 26, the mechanism (`make bench-straggler` measures the rates): four emulated hosts
 # held to the same CPU quota, one of them slowed by the kernel's own means. The benchmark's
 # own job, 30 timed steps: at 20, a clean run on CI named a host at 7.9% once.
-CLEAN_TRIES = 2
 STRAGGLER_JOB = ("--cpus-per-node", str(os.cpu_count() or 1), "--topologies", "4x1",
                  "--models", "mlp", "--batch-sizes", "1024", "--",
                  "--steps", "30", "--warmup-steps", "5", "--log-every", "0",
                  "--comm-probe-steps", "0", "--mlp-width", "256", "--mlp-depth", "4")
+# A clean run named near the threshold (under 1.5 times it) is judged once more.
+CLEAN_TRIES, NEAR_THRESHOLD = 2, 0.12
 
 
 @pytest.mark.serial
@@ -251,11 +252,11 @@ STRAGGLER_JOB = ("--cpus-per-node", str(os.cpu_count() or 1), "--topologies", "4
 def test_a_slow_host_is_named_and_a_clean_run_is_not(lab_host, tmp_path, condition, flags,
                                                       named):
     # A clean run is judged twice at most: on this 2-CPU VM the detector's false-alarm rate
-    # is a few percent, not zero. A clean run's largest excess came out at 0.7-7.0% in the
+    # is small, not zero. A clean run's largest excess came out at 0.7-7.0% in the
     # reference's 20 runs and 2.0-7.5% in 14 more (quota 0.3 or 0.2, hosts free or pinned:
     # results/reference/straggler/README.md), and once 8% on CI; two hosts each on a CPU of
     # its own without a quota reached 6.7%: the VM's noise, not the emulation's. Two false
-    # alarms in a row fail.
+    # alarms in a row fail, and so does one far past the threshold (a broken detector).
     for attempt in range(1, (CLEAN_TRIES if named is None else 1) + 1):
         results = tmp_path / f"{condition}-{attempt}.jsonl"
         proc = subprocess.run(_matrix(*flags, "--results", str(results), *STRAGGLER_JOB),
@@ -264,7 +265,8 @@ def test_a_slow_host_is_named_and_a_clean_run_is_not(lab_host, tmp_path, conditi
         (rec,) = list(record.read(results))
         assert_breakdown(rec)
         found = rec["straggler"]
-        if named is not None or found is None:
+        if named is not None or found is None or \
+                rec["straggler_check"]["largest_excess_share"] >= NEAR_THRESHOLD:
             break
         warnings.warn(f"clean run {attempt} of {CLEAN_TRIES}: a false alarm, "
                       f"{found['summary']}", stacklevel=1)

@@ -5,7 +5,8 @@ Three stages, each a collective every rank enters (``bench.accept_config`` has t
 - **device**: every device at once, as training uses them: matrix multiply in each
   precision the device supports, device memory bandwidth (a copy), pinned host-to-device
   bandwidth (GPUs), and the training throughput of a reference workload on the device
-  alone (no gradient synchronisation). Each figure is timed ``repeats`` times. What the
+  alone (no gradient synchronisation). Each figure is timed ``repeats`` times, each repeat
+  started together on every rank and at least ``REPEAT_S`` long (``timed_repeats``). What the
   device's own counters said meanwhile (GPU: clock, temperature, throttle reasons; CPU: the
   cgroup's quota and how often it throttled) goes with the figures.
 - **link**: each pair of nodes all-reduces ``--link-size`` between their leaders, in rounds
@@ -38,6 +39,8 @@ from bench.rank.distributed import DistContext, all_gather_objects, barrier
 # quota (20-100 ms), so a repeat is not one lucky or unlucky period.
 REPEAT_S = 0.5
 MAX_CALLS = 10_000
+# What runs before each timed repeat: a barrier in the device stage, nothing elsewhere.
+Align = Callable[[], object]
 
 
 def _sync(device: torch.device) -> None:
@@ -46,7 +49,7 @@ def _sync(device: torch.device) -> None:
 
 
 def timed_repeats(fn: Callable[[], object], device: torch.device, repeats: int,
-                  align: Callable[[], object] = lambda: None) -> list[float]:
+                  align: Align = lambda: None) -> list[float]:
     """Seconds per call, ``repeats`` times: each repeat batches enough calls to last at
     least ``REPEAT_S`` (counted from one warm call), so a fast call is not all timer.
 
@@ -86,7 +89,7 @@ def precisions(device: torch.device) -> list[tuple[str, torch.dtype, bool]]:
     return out
 
 
-def matmul_figures(cfg: AcceptConfig, ctx: DistContext) -> dict[str, dict]:
+def matmul_figures(cfg: AcceptConfig, ctx: DistContext, align: Align) -> dict[str, dict]:
     n = cfg.matmul_size
     figures = {}
     for name, dtype, tf32 in precisions(ctx.device):
@@ -96,7 +99,7 @@ def matmul_figures(cfg: AcceptConfig, ctx: DistContext) -> dict[str, dict]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
             seconds = timed_repeats(lambda a=a, b=b: torch.mm(a, b), ctx.device, cfg.repeats,
-                                    lambda: barrier(ctx))
+                                    align)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = previous
         figures[f"matmul {name}"] = {"unit": "GFLOP/s",
@@ -104,26 +107,25 @@ def matmul_figures(cfg: AcceptConfig, ctx: DistContext) -> dict[str, dict]:
     return figures
 
 
-def memory_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
+def memory_figure(cfg: AcceptConfig, ctx: DistContext, align: Align) -> dict:
     count = cfg.memory_bytes // 4
     source = torch.ones(count, dtype=torch.float32, device=ctx.device)
     target = torch.empty_like(source)
-    seconds = timed_repeats(lambda: target.copy_(source), ctx.device, cfg.repeats,
-                            lambda: barrier(ctx))
+    seconds = timed_repeats(lambda: target.copy_(source), ctx.device, cfg.repeats, align)
     # A copy reads and writes every byte.
     return {"unit": "GB/s", "values": [2 * count * 4 / s / 1e9 for s in seconds]}
 
 
-def host_to_device_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
+def host_to_device_figure(cfg: AcceptConfig, ctx: DistContext, align: Align) -> dict:
     count = min(cfg.memory_bytes, 256 << 20) // 4
     host = torch.ones(count, dtype=torch.float32).pin_memory()
     target = torch.empty(count, dtype=torch.float32, device=ctx.device)
     seconds = timed_repeats(lambda: target.copy_(host, non_blocking=True), ctx.device,
-                            cfg.repeats, lambda: barrier(ctx))
+                            cfg.repeats, align)
     return {"unit": "GB/s", "values": [count * 4 / s / 1e9 for s in seconds]}
 
 
-def train_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
+def train_figure(cfg: AcceptConfig, ctx: DistContext, align: Align) -> dict:
     """Samples per second of the reference workload on this device alone: forward,
     backward and an SGD step on synthetic data (bf16 autocast and channels-last on GPUs
     that support them, as a lab trains there)."""
@@ -148,7 +150,7 @@ def train_figure(cfg: AcceptConfig, ctx: DistContext) -> dict:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    seconds = timed_repeats(steps, ctx.device, cfg.repeats, lambda: barrier(ctx))
+    seconds = timed_repeats(steps, ctx.device, cfg.repeats, align)
     return {"unit": "samples/s",
             "values": [cfg.train_batch * cfg.train_steps / s for s in seconds],
             "workload": f"{cfg.train_model} batch {cfg.train_batch}"
@@ -238,16 +240,35 @@ def gpu_note(device: torch.device) -> str:
             + (f", throttled: {', '.join(busy)}" if busy else ""))
 
 
+def figure_names(device: torch.device) -> list[str]:
+    """The device stage's figures on ``device``, in the order it measures them."""
+    return [f"matmul {name}" for name, _, _ in precisions(device)] + ["memory bandwidth"] \
+        + (["host-to-device pinned"] if device.type == "cuda" else []) + ["training"]
+
+
 def device_stage(cfg: AcceptConfig, ctx: DistContext) -> list[dict]:
-    """Every rank's device figures, gathered (a collective)."""
+    """Every rank's device figures, gathered (a collective).
+
+    Each repeat starts at a barrier on every rank (``timed_repeats``), which needs every
+    rank to time the same figures, as many times. A rank on another device type (a node
+    whose GPUs are not visible, under gloo) times others: then no repeat is aligned, and
+    each rank's note says why, rather than the barriers mismatching and the stage hanging."""
+    plans = all_gather_objects(ctx, figure_names(ctx.device))
+    aligned = all(plan == plans[0] for plan in plans)
+    align: Align = (lambda: barrier(ctx)) if aligned else (lambda: None)
     before, since = cgroup_cpu(), cpu_usage()
-    figures = matmul_figures(cfg, ctx)
-    figures["memory bandwidth"] = memory_figure(cfg, ctx)
+    figures = matmul_figures(cfg, ctx, align)
+    figures["memory bandwidth"] = memory_figure(cfg, ctx, align)
     if ctx.device.type == "cuda":
-        figures["host-to-device pinned"] = host_to_device_figure(cfg, ctx)
-    figures["training"] = train_figure(cfg, ctx)
+        figures["host-to-device pinned"] = host_to_device_figure(cfg, ctx, align)
+    figures["training"] = train_figure(cfg, ctx, align)
     note = gpu_note(ctx.device) if ctx.device.type == "cuda" else \
         cpu_note(before, cgroup_cpu(), cpu_usage(), since)
+    if not aligned:
+        kinds = sorted({str(plan) for plan in plans})
+        note = "; ".join(filter(None, [note, f"repeats not aligned across ranks: the ranks "
+                                       f"time {len(kinds)} different sets of figures "
+                                       "(devices of more than one type)"]))
     mine = {**environment.rank_identity(ctx), "figures": figures, "note": note}
     return all_gather_objects(ctx, mine)
 
