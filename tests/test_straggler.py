@@ -5,7 +5,7 @@ import functools
 import math
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bench import record
@@ -189,6 +189,13 @@ seconds = st.floats(min_value=0, max_value=1e3, allow_nan=False, allow_infinity=
        st.sampled_from(["ddp", "fsdp"]),
        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), seconds), max_size=12),
        st.one_of(st.none(), st.floats(min_value=1e-3, max_value=1e6)))
+# CI found it: a rank's local work of 5.6e-120 s made the other's excess a share of 1.8e119
+@example(rows=[(0, [0.0, 0.0, 0.0], {"data": [1.0]}),
+               (0, [0.0, 0.0, 0.0], {"data": [5.5882944024927064e-120]})],
+         strategy="ddp", link_rows=[], rate=None)
+@example(rows=[(0, [1.0, 1.0, 1.0], {"data": [1e-300]}), (1, [1.0, 1.0, 1.0], {"data": [1.0]}),
+               (2, [1.0, 1.0, 1.0], {})],
+         strategy="fsdp", link_rows=[(0, 1, 1e-300), (1, 0, 1e-300), (2, 0, 1.0)], rate=10.0)
 def test_any_figures_give_finite_bounded_answers(rows, strategy, link_rows, rate):
     ranks = [RankSteps(rank=i, node=node, host="h", device="d", step_s=steps, parts=parts)
              for i, (node, steps, parts) in enumerate(rows)]

@@ -76,6 +76,12 @@ def _tidy(value):
     return value
 
 
+def _ratio(part: float, whole: float) -> float:
+    """``part / whole``, 0 where ``whole`` is under ``TINY``: a time that small is rounding,
+    not a measurement, and a share of it would be any size at all (1e119)."""
+    return part / whole if whole >= TINY else 0.0
+
+
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
@@ -129,8 +135,7 @@ def split_communication(ranks: Sequence[RankSteps], strategy: str) -> list[dict[
             continue
         waits = [max(0.0, e - w) for e, w in zip(exposure, wire, strict=True)]
         if strategy == "fsdp":
-            keep = [(e - wait) / e if e > 0 else 0.0
-                    for e, wait in zip(exposure, waits, strict=True)]
+            keep = [_ratio(e - wait, e) for e, wait in zip(exposure, waits, strict=True)]
             gather = _part(rank, "all_gather", steps)
             scatter = [a + b for a, b in zip(_part(rank, "reduce_scatter", steps),
                                              _part(rank, "sync", steps), strict=True)]
@@ -169,7 +174,7 @@ def breakdown(ranks: Sequence[RankSteps], strategy: str, stamped_by: str) -> dic
                      "device": rank.device, "steps": steps, "step_s": _summary(step_s),
                      "parts": summaries, "parts_sum_s": parts_sum, "remainder_s": remainder,
                      "remainder_share": min(1.0, abs(remainder) / step_mean)
-                     if step_mean > 0 else None})
+                     if step_mean >= TINY else None})
     return _tidy({"stamped_by": stamped_by, "strategy": strategy, "parts": names, "ranks": rows})
 
 
@@ -205,7 +210,7 @@ def _late_rank(ranks: Sequence[RankSteps], steps: int) -> dict | None:
                         for mine, theirs in zip(local[index], others, strict=True)]
             se = MAD_TO_SIGMA * _mad(per_step) * MEDIAN_SE / max(1, len(per_step)) ** 0.5
             best = {"index": index, "excess_s": excess_s, "noise_s": se,
-                    "share": excess_s / typical if typical > 0 else 0.0}
+                    "share": _ratio(excess_s, typical)}
     return best
 
 
@@ -220,7 +225,7 @@ def _cause(ranks: Sequence[RankSteps], index: int, steps: int) -> tuple[str, flo
                           for mine, theirs in zip(columns[index], others, strict=True)])
         if excess > found[1]:
             typical = _median(others)
-            found = (cause, excess, excess / typical if typical > 0 else 0.0)
+            found = (cause, excess, _ratio(excess, typical))
     return found
 
 
@@ -239,7 +244,7 @@ def slow_link(links: Sequence[Link], nodes: int) -> tuple[int, float] | None:
         # Usual: the links between the other nodes (half of all links may touch this one).
         usual = _median([link.seconds for link in links if node not in (link.from_node,
                                                                          link.to_node)])
-        if usual <= 0:
+        if usual < TINY:
             continue
         out = [link.seconds for link in links if link.from_node == node]
         into = [link.seconds for link in links if link.to_node == node]
@@ -282,7 +287,7 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
         index = late["index"]
         cause, excess, share = _cause(ranks, index, steps)
         waits = [_median(parts["sync_wait"]) for i, parts in enumerate(split) if i != index]
-        cost = _median(waits) / step_median if step_median > 0 and waits else 0.0
+        cost = _ratio(_median(waits), step_median)
         candidates.append({"index": index, "part": cause, "excess_s": excess,
                            "excess_share": share, "cost_share": min(1.0, max(0.0, cost))})
     # Only links between this job's nodes (a probe of other nodes would name no rank).
@@ -293,7 +298,7 @@ def judge(ranks: Sequence[RankSteps], strategy: str, links: Sequence[Link] = (),
         node, times = slow
         wire_now = _median([_median(w) for w in wire])
         saved = wire_now * (1 - 1 / times)
-        cost = saved / step_median if step_median > 0 else 0.0
+        cost = _ratio(saved, step_median)
         index = min(i for i, r in enumerate(ranks) if r.node == node)
         link_note = (f"node {node}'s link is {times:.1f}x slower than the others', "
                      f"costing {cost:.0%} of the step")
@@ -347,7 +352,7 @@ def _without_node(ranks: Sequence[RankSteps], wire: list[list[float]], node: int
            for k in range(steps)]
     step_now = _median([_median(r.step_s[:steps]) for r in ranks])
     step_then = _median(predicted)
-    if step_then <= 0 or step_now <= 0:
+    if step_then < TINY or step_now < TINY:
         return None
     # Measured throughput times the modelled speed-up: the model's own error on the current
     # job (now vs the measured step) cancels in the ratio.
