@@ -41,20 +41,25 @@ def child(parent: Path, name: str, setting: str) -> Path:
     return path
 
 
+def _not_inside(path: Path, resolved: Path, resolved_parent: Path) -> str:
+    """Why ``path`` (resolved: ``resolved``) may not be removed as a tree inside
+    ``resolved_parent``."""
+    if resolved == resolved_parent:
+        return (f"{path} resolves to {resolved_parent} itself, not to a directory inside it: "
+                "nothing was removed")
+    return f"{path} resolves to {resolved}, not inside {resolved_parent}: nothing was removed"
+
+
 def remove_tree_inside(path: Path, parent: Path, setting: str) -> None:
     """Remove the directory ``path``, once it is proven, resolved (symbolic links followed),
     to lie strictly inside ``parent`` resolved; ConfigError otherwise, and nothing removed.
     The proof and the removal are one function on one resolved path, so no caller can
     remove what was not checked."""
     resolved, resolved_parent = path.resolve(), parent.resolve()
-    if resolved == resolved_parent:
-        raise ConfigError(setting, path.name or str(path), f"{path} resolves to "
-                          f"{resolved_parent} itself, not to a directory inside it: nothing "
-                          "was removed")
-    if not resolved.is_relative_to(resolved_parent):
-        raise ConfigError(setting, path.name or str(path), f"{path} resolves to {resolved}, "
-                          f"not inside {resolved_parent}: nothing was removed")
-    shutil.rmtree(resolved)   # proven just above: resolved, and relative to the parent
+    if resolved == resolved_parent or not resolved.is_relative_to(resolved_parent):
+        raise ConfigError(setting, path.name or str(path),
+                          _not_inside(path, resolved, resolved_parent))
+    shutil.rmtree(resolved)   # proven just above: resolved, strictly inside the parent
 
 
 def check_writable_file(path: Path, setting: str) -> None:
