@@ -15,8 +15,8 @@ from bench.units import format_rate
 
 WHERE = "results/reference/emulated-accuracy/README.md"
 # What the model read on setups outside it: the grid of other workloads on two emulated
-# hosts of one CPU each, 2026-11-26, measured / predicted at 2 nodes (5 of 12 within
-# 0.90-1.10, every miss optimistic).
+# hosts of one CPU each, 2026-11-26, measured / predicted at 2 nodes (part two: 9 of 12
+# within 0.90-1.10, every miss optimistic).
 BEYOND = ("on other workloads on emulated hosts of one CPU (results/reference/accuracy-grid-2, "
           "2026-11-26) measured / predicted read 0.75-1.08, outside 0.90-1.10 in 3 of 12 "
           "cells, every one of them optimistic: PowerSGD twice, fp16 once")
