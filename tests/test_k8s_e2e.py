@@ -93,13 +93,18 @@ POD = "pod-{}"
 
 
 def run_pods(commands: list[list[str]], names: list[str], timeout: float = 300) -> list[str]:
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    """Each pod's log as `kubectl logs` gives it: its stdout and stderr in whole lines. The
+    two are read apart here, as the kubelet's log files keep them: `docker run` copies a
+    container's two streams separately, and one read through a single pipe has put a
+    stderr line inside a line of the record."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for argv in commands]
     try:
-        outputs = [proc.communicate(timeout=timeout)[0] for proc in procs]
+        streams = [proc.communicate(timeout=timeout) for proc in procs]
     finally:
         for name in names:  # nothing outlives the test
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    outputs = [stdout + stderr for stdout, stderr in streams]
     for proc, output in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, output[-4000:]
     return outputs

@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench import record
 from bench.host import netlab
 from bench.host.launchers import netns
 from bench.host.launchers.base import JobSpec
@@ -111,3 +112,38 @@ def test_a_host_held_to_a_quota_runs_as_many_threads_as_the_quota_holds_cpus(tmp
     assert [c.env["OMP_NUM_THREADS"] for c in held] == ["1", "1"]
     unheld = netns.commands(free, job, tmp_path / "neighbours.jsonl")
     assert [c.env["OMP_NUM_THREADS"] for c in unheld] == ["2", "2"]
+
+
+# A node that prints part of a record's line, then a line on stderr, then the rest: what
+# `docker run` did when it copied a container's two streams apart and they were read
+# through one pipe (CI: "[bench] ok" inside the last line of a record).
+SPLICED = r"""
+import sys, json
+from bench import record
+lines = []
+class Catch:
+    def write(self, text): lines.append(text)
+    def flush(self): pass
+record.emit({"status": "ok", "filler": "x" * 5000}, Catch())
+text = "".join(lines)
+cut = len(text) - 40
+sys.stdout.write(text[:cut]); sys.stdout.flush()
+sys.stderr.write("[bench] ok: 1.0 samples/s\n"); sys.stderr.flush()
+sys.stdout.write(text[cut:]); sys.stdout.flush()
+"""
+
+
+def test_a_record_survives_a_stderr_line_written_in_the_middle_of_its_line(tmp_path):
+    import sys
+
+    node = NodeCommand(0, "node0", [sys.executable, "-c", SPLICED],
+                       env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    outcome = run_nodes([node], deadline_s=60, log_dir=tmp_path / "logs")
+    assert outcome.ok, outcome.nodes[0].output
+    (found,) = outcome.records()
+    assert found == {"status": "ok", "filler": "x" * 5000}
+    # stderr still reaches the node's output and its log, a whole line.
+    assert "[bench] ok: 1.0 samples/s" in outcome.nodes[0].output
+    log = (tmp_path / "logs" / "node0.log").read_text().splitlines()
+    assert "[bench] ok: 1.0 samples/s" in log
+    assert sum(line.startswith(record.MARKER) for line in log) == 2   # two parts, each whole

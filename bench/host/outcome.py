@@ -15,11 +15,16 @@ class NodeOutcome:
     host: str
     returncode: int | None
     last_lines: list[str]
-    output: list[str]          # every line, for the record after the marker
+    output: list[str]          # every line, stdout and stderr as they came: causes, tails
     # Found stopped (SIGSTOP, state T) when the deadline passed: why it never ended.
     stopped: bool = False
     # Why its log stopped being written (a full disk); its output was still read.
     log_error: str | None = None
+    # Its stdout read apart from its stderr, where the launcher could (None: only merged
+    # output exists). Records are parsed from these: Docker copies a container's two
+    # streams separately, and a stderr line has come back spliced into the middle of a
+    # stdout line of a record when the two were read through one pipe.
+    stdout: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,7 +53,9 @@ class JobOutcome:
         must not then get a second, failed row beside its real one."""
         found = []
         for node in self.nodes:
-            found += record.parse_stdout("\n".join(node.output))
+            # A wrapper that prints the node's stdout on its own stderr leaves stdout bare.
+            printed = record.parse_stdout("\n".join(node.stdout)) if node.stdout else []
+            found += printed or record.parse_stdout("\n".join(node.output))
         if found or results is None or job_id is None:
             return found
         try:

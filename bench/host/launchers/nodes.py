@@ -86,34 +86,65 @@ def _close_quietly(log) -> None:
         pass
 
 
-def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
-    """Copy a node's output to the console and its log until the node closes it. Nothing
-    here may stop reading: a node blocked on a full pipe would hang the job until its
-    deadline. A log or console that cannot be written (a full disk, a closed terminal) is
-    dropped, the first error kept in ``node.log_error``, and the pump goes on draining."""
-    log = _open_log(log_path, node)
-    record_line = False
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            node.output.append(line.rstrip("\n"))
-            # The record is data for the launcher and the results file, not for the console.
-            if CONSOLE.echo and not record_line and not record.is_record_line(line) \
-                    and not any(noise in line for noise in CONSOLE_NOISE):
-                _echo(f"[{node.host}] {line}")
-            record_line = line.rstrip("\n") == record.MARKER
-            if log:
+class _NodeSink:
+    """Where a node's lines go from both its pumps (stdout and stderr): its output, the
+    console and its log, one whole line at a time under one lock. Nothing here may stop the
+    reading: a node blocked on a full pipe would hang the job until its deadline. A log or
+    console that cannot be written (a full disk, a closed terminal) is dropped, the first
+    error kept in ``node.log_error``, and the pumps go on draining."""
+
+    def __init__(self, node: NodeOutcome, log_path: Path | None):
+        self.node, self.log_path = node, log_path
+        self.lock = threading.Lock()
+        self.log = _open_log(log_path, node)
+
+    def take(self, line: str, echo: bool) -> None:
+        with self.lock:
+            self.node.output.append(line.rstrip("\n"))
+            if echo and CONSOLE.echo and not any(noise in line for noise in CONSOLE_NOISE):
+                _echo(f"[{self.node.host}] {line}")
+            if self.log:
                 try:
-                    log.write(line)
-                    log.flush()
+                    self.log.write(line)
+                    self.log.flush()
                 except OSError as error:
-                    node.log_error = f"its log {log_path} stopped ({error})"
-                    say(f"[{node.host}] warning: {node.log_error}")
-                    _close_quietly(log)
-                    log = None
+                    self.node.log_error = f"its log {self.log_path} stopped ({error})"
+                    say(f"[{self.node.host}] warning: {self.node.log_error}")
+                    _close_quietly(self.log)
+                    self.log = None
+
+    def close(self) -> None:
+        with self.lock:
+            if self.log:
+                _close_quietly(self.log)
+                self.log = None
+            self.node.last_lines = self.node.output[-TAIL_LINES:]
+
+
+def _pump_stream(stream, sink: _NodeSink, kept: list[str] | None) -> None:
+    """Every line of one stream into the sink (and into ``kept``, the stdout lines records
+    are read from). A record is data for the launcher and the results file, not for the
+    console."""
+    record_line = False
+    for line in stream:
+        if kept is not None:
+            kept.append(line.rstrip("\n"))
+        sink.take(line, echo=not record_line and not record.is_record_line(line))
+        record_line = line.rstrip("\n") == record.MARKER
+
+
+def _pump(proc: subprocess.Popen, node: NodeOutcome, log_path: Path | None) -> None:
+    """Copy a node's stdout and stderr, each read on its own (so that no line of one lands
+    inside a line of the other), to its output, the console and its log until it closes
+    both."""
+    sink = _NodeSink(node, log_path)
+    errors = threading.Thread(target=_pump_stream, args=(proc.stderr, sink, None), daemon=True)
+    errors.start()
+    try:
+        _pump_stream(proc.stdout, sink, node.stdout)
+        errors.join()
     finally:
-        if log:
-            _close_quietly(log)
-        node.last_lines = node.output[-TAIL_LINES:]
+        sink.close()
 
 
 def _echo(text: str) -> None:
@@ -146,9 +177,9 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
             # Its own session, so that its process group is the node's (torchrun's ranks
             # start sessions of their own; _stop reaches them as the node's descendants).
             proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", start_new_session=True)
-            node = NodeOutcome(command.rank, command.host, None, [], [])
+            node = NodeOutcome(command.rank, command.host, None, [], [], stdout=[])
             log_path = log_dir / f"{command.host}.log" if log_dir else None
             thread = threading.Thread(target=_pump, args=(proc, node, log_path), daemon=True)
             thread.start()
