@@ -115,7 +115,9 @@ def test_the_data_path_against_what_training_needs():
 def test_the_job_against_its_predicted_band():
     def status(measured):
         return acc.judge_job([measured], 100.0, (95.0, 105.0), "samples/s").status
-    assert [status(v) for v in (100.0, 90.0, 80.0, 110.0)] == [PASS, WARN, FAIL, WARN]
+    # Below the band warns up to 20% (the model's own error reaches that), fails beyond.
+    assert [status(v) for v in (100.0, 90.0, 80.0, 76.5, 75.0, 110.0)] == \
+        [PASS, WARN, WARN, WARN, FAIL, WARN]
     row = acc.judge_job([80.0, 81.0, 79.0], 100.0, (95.0, 105.0), "samples/s",
                         straggler="straggler rank 2 (node 2): compute +30%")
     assert "16% below" in row.reason and "straggler rank 2" in row.reason

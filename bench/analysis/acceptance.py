@@ -302,8 +302,12 @@ def _blame_server(rows: list[Row]) -> list[Row]:
 def judge_job(values: Sequence[float], predicted: float, band: tuple[float, float],
               unit: str, straggler: str = "") -> Row:
     """The whole job against the prediction from stages 2-3: inside its band passes; below
-    it by up to WARN_SHORTFALL warns; further below fails; above warns (the model is
-    pessimistic, nothing in the cluster is at fault)."""
+    it by up to FAIL_SHORTFALL warns; further below fails; above warns (the model is
+    pessimistic, nothing in the cluster is at fault). A FAIL must mean the cluster is at
+    fault, and the model is not that sure: without compression it has been optimistic by
+    up to 21% (the README's demo), with compression hooks by up to 26%
+    (results/reference/accuracy-heldout). A job 10% below its band, where a clean two-node
+    Slurm cluster on this project's test machine has come, is a warning, not a verdict."""
     measured = statistics.median(values)
     low, high = band
     if low <= measured <= high:
@@ -313,7 +317,7 @@ def judge_job(values: Sequence[float], predicted: float, band: tuple[float, floa
                                 "prediction is pessimistic here")
     else:
         short = 1 - measured / low
-        status = FAIL if short > WARN_SHORTFALL else WARN
+        status = FAIL if short > FAIL_SHORTFALL else WARN
         reason = f"{short:.0%} below the predicted band {low:.4g}-{high:.4g}"
     if straggler:
         reason += f"; {straggler}"
