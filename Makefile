@@ -483,9 +483,12 @@ bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
 bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
 # The sweep's file beside RESULTS: x.jsonl -> x-comm.jsonl.
 emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
+# The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
+# cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
 	$(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
-	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 --beside-compute --lockstep
+	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 --beside-compute --lockstep \
+	  --lockstep-model "$$MK_MODEL" --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32
 	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
 	$(PY) -m bench matrix --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
 	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \

@@ -15,10 +15,13 @@ from bench.config import (
     BACKENDS,
     DEVICES,
     MAX_TIMEOUT_S,
+    MODEL_NAMES,
+    ModelConfig,
     OneLineErrorParser,
     resolve_device,
 )
 from bench.options import (
+    ConfigError,
     add_flags,
     checks_environment,
     from_namespace,
@@ -55,6 +58,18 @@ class AllreduceConfig:
     lockstep: bool = option(False, "also time the ranks computing in lockstep, the same "
                             "work between syncs as DDP's steps: how long the slowest rank "
                             "keeps the others waiting, for stretches of 10-640 ms (on CPU)")
+    lockstep_model: str | None = option(
+        None, "with --lockstep, also time this network's own training steps in lockstep "
+        "(synthetic data, no gradient sync): the job's model, whose spread between hosts "
+        "is wider than a matmul's; bench predict charges the job's syncs by it",
+        choices=MODEL_NAMES)
+    lockstep_batch_size: int = option(16, "batch per rank of --lockstep-model")
+    lockstep_image_size: int | None = option(None, "input side of --lockstep-model, as the "
+                                             "trainer's --image-size")
+    lockstep_mlp_width: int = option(4096, "--lockstep-model mlp's hidden width, as the "
+                                     "trainer's --mlp-width")
+    lockstep_mlp_depth: int = option(8, "--lockstep-model mlp's hidden layers, as the "
+                                     "trainer's --mlp-depth")
     device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
     backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective may wait for a peer")
@@ -65,6 +80,11 @@ class AllreduceConfig:
 
     def __post_init__(self) -> None:
         require_range(self.iters, "iters", 1, 1_000_000)
+        require_range(self.lockstep_batch_size, "lockstep_batch_size", 1, 65536)
+        if self.lockstep_model is not None:
+            require(self.lockstep, "lockstep_model", self.lockstep_model,
+                    "goes with --lockstep (the probe it adds a workload to); add --lockstep")
+            self.lockstep_workload()   # its shape checked here, before anything starts
         require_range(self.warmup_iters, "warmup_iters", 0, 1_000_000)
         require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
         if not checks_environment():
@@ -92,6 +112,19 @@ class AllreduceConfig:
                 "measures the compute a CPU loses; use it with --device cpu")
         require(not self.lockstep or self.device == "cpu", "lockstep", True,
                 "times compute on the CPUs; use it with --device cpu")
+
+    def lockstep_workload(self) -> ModelConfig | None:
+        """The network --lockstep-model names, shaped as the trainer would shape it; its
+        errors name the --lockstep-* flag."""
+        if self.lockstep_model is None:
+            return None
+        try:
+            return ModelConfig(model=self.lockstep_model, image_size=self.lockstep_image_size,
+                               mlp_width=self.lockstep_mlp_width,
+                               mlp_depth=self.lockstep_mlp_depth)
+        except ConfigError as error:
+            raise ConfigError(error.flag.replace("--", "--lockstep-", 1), error.value,
+                              error.allowed) from None
 
     @classmethod
     def from_args(cls, argv: list[str] | None, prog: str = PROG) -> AllreduceConfig:

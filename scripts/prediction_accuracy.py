@@ -56,15 +56,19 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link,
              "--interleave"]
     many = ",".join(f"{n}x1" for n in nodes)
+    shape = ["--image-size", str(a.image_size)] if a.image_size else []
+    if a.model == "mlp":
+        shape += ["--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth)]
+    # The lockstep probe also times the workload's own steps: what its syncs wait for.
+    workload = ["--lockstep-model", a.model, "--lockstep-batch-size", str(a.batch_size),
+                *(f"--lockstep-{flag[2:]}" if flag.startswith("--") else flag
+                  for flag in shape)]
     # The link in each element type the hooks send: gloo's CPU cost per byte differs.
     for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(",")):
         _run([*bench, "--workload", "allreduce", "--topologies", many,
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
-              "--dtype", dtype, "--beside-compute", "--lockstep"])
-    shape = ["--image-size", str(a.image_size)] if a.image_size else []
-    if a.model == "mlp":
-        shape += ["--mlp-width", str(a.mlp_width), "--mlp-depth", str(a.mlp_depth)]
+              "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
     _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",

@@ -201,3 +201,8 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
     assert all(word in after for word in shape)
     assert ("--mlp-width" in after) is (model == "mlp")
     assert ("--image-size" in after) is (image_size is not None)
+    # Each sweep's lockstep probe times the same workload's own steps.
+    for sweep in sweeps:
+        probe = sweep[sweep.index("--lockstep") + 1:]
+        assert probe[:4] == ["--lockstep-model", model, "--lockstep-batch-size", "8"]
+        assert probe[4:] == [word.replace("--", "--lockstep-", 1) for word in shape]

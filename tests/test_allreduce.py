@@ -165,10 +165,27 @@ def test_the_compute_probes_are_refused_off_the_cpu(monkeypatch, flag, tmp_path)
         AllreduceConfig.from_args([flag, "--results", str(tmp_path / "r.jsonl")])
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--lockstep-model", "mlp"], "--lockstep-model=mlp: goes with --lockstep"),
+    (["--lockstep", "--lockstep-model", "resnet18", "--lockstep-image-size", "16"],
+     "--lockstep-image-size=16: resnets downsample 32x"),
+    (["--lockstep", "--lockstep-model", "mlp", "--lockstep-mlp-depth", "0"],
+     "--lockstep-mlp-depth=0"),
+    (["--lockstep", "--lockstep-model", "mlp", "--lockstep-batch-size", "0"],
+     "--lockstep-batch-size=0")])
+def test_a_lockstep_workload_is_checked_before_anything_starts(flags, words, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        AllreduceConfig.from_args([*flags, "--device", "cpu",
+                                   "--results", str(tmp_path / "r.jsonl")])
+    assert str(caught.value).startswith(words), caught.value
+
+
 def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_path):
     results = tmp_path / "comm.jsonl"
     run = launch(["--device", "cpu", "--max-size", "4MiB", "--min-size", "1MiB",
-                  "--iters", "5", "--warmup-iters", "1", "--beside-compute", "--lockstep"],
+                  "--iters", "5", "--warmup-iters", "1", "--beside-compute", "--lockstep",
+                  "--lockstep-model", "mlp", "--lockstep-mlp-width", "64",
+                  "--lockstep-mlp-depth", "2", "--lockstep-batch-size", "8"],
                  results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0, run.stderr
     (rec,) = run.records
@@ -180,6 +197,13 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     assert [row["syncs"] for row in steps] == [n for _, n in compute_probe.LOCKSTEP_STRETCHES]
     for row, (stretch, _) in zip(steps, compute_probe.LOCKSTEP_STRETCHES, strict=True):
         assert stretch / 3 < row["compute_s"] < stretch * 5 and row["wait_s"] >= 0
+    # The workload's own steps in lockstep: the mlp as the trainer shapes it (28 px).
+    workload = rec["lockstep_workload"]
+    assert {k: workload[k] for k in ("model", "image_size", "batch_size", "mlp_width",
+                                     "mlp_depth", "syncs")} == \
+        {"model": "mlp", "image_size": 28, "batch_size": 8, "mlp_width": 64, "mlp_depth": 2,
+         "syncs": compute_probe.WORKLOAD_STEPS}
+    assert 0 < workload["compute_s"] < 1 and workload["wait_s"] >= 0
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).
@@ -190,4 +214,4 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     run = launch(["--device", "cpu", "--max-size", "1KiB", "--iters", "1",
                   "--warmup-iters", "0"], results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0 and "beside_compute" not in run.records[-1]["sizes"][0]
-    assert "lockstep" not in run.records[-1]
+    assert "lockstep" not in run.records[-1] and "lockstep_workload" not in run.records[-1]

@@ -62,6 +62,18 @@ def _one_rank(sweep: dict) -> dict:
 ONE_RANK_SWEEP = _one_rank(SWEEP)
 
 
+def _with_lockstep(sweep: dict) -> dict:
+    """A sweep with both lockstep probes, the workload's being ONE_NODE's own (resnet18 at
+    32 px, batch 16, fp32), so that a mutation reaches the charge it makes."""
+    rec = json.loads(json.dumps(sweep))
+    rec["lockstep"] = [{"compute_s": 0.01, "wait_s": 0.0004, "syncs": 40},
+                       {"compute_s": 0.16, "wait_s": 0.006, "syncs": 20}]
+    rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
+                                "mlp_width": None, "mlp_depth": None, "compute_s": 0.2,
+                                "wait_s": 0.025, "syncs": 25}
+    return rec
+
+
 def _with_rank_settings(base: dict) -> dict:
     """Each rank's versions and GPU settings (issue 28), the ranks disagreeing: every
     field of an entry is a path the mutations reach."""
@@ -89,6 +101,7 @@ BASES = {
     "epochs": _line("gpu-h100/real-data.jsonl"),
     "sweep": SWEEP,
     "one-rank-sweep": ONE_RANK_SWEEP,
+    "lockstep-sweep": _with_lockstep(SWEEP),
     "rank-settings": _with_rank_settings(TWO_NODES),
     # Issue 26's step breakdown, straggler and prediction as the contract lays them out (no
     # committed run has them yet): their every field is a path the mutations reach.
@@ -426,6 +439,11 @@ def test_the_strategy_reaches_every_field_and_the_edges():
                  ("env", "ranks", 0, "gpu_settings", "topology"),
                  ("env", "ranks", 0, "gpu_settings", "clock_event_reasons", 0)]:
         assert path in settings, path
+    lockstep = _mutable_paths(BASES["lockstep-sweep"], SWEEP_VALUES)
+    for path in [("lockstep", 0, "wait_s"), ("lockstep_workload", "wait_s"),
+                 ("lockstep_workload", "compute_s"), ("lockstep_workload", "model"),
+                 ("lockstep_workload", "mlp_width")]:
+        assert path in lockstep, path
 
 
 @given(rec=hostile_records())

@@ -129,6 +129,7 @@ HOSTILE = "a b;touch {m}|c`touch {m}`'d\"e\\f*&g<h>(i)\n#j"
     ("bench-multinode", "IMAGE", "matrix", "BENCH_LAUNCHER_IMAGE", ["HOSTS=h1,h2"]),
     ("bench-emulated", "LINK", "matrix", "BENCH_LAUNCHER_LINK", []),
     ("bench-emulated", "COMM_HOOKS", "matrix", "--comm-hooks", []),
+    ("bench-emulated", "MODEL", "matrix", "--lockstep-model", []),
     ("bench-predict", "LINK", "predict", "--link", ["RESULTS=r.jsonl"]),
     ("bench-predict", "LINK_FROM", "predict", "--link-from", ["RESULTS=r.jsonl"]),
     ("bench-predict", "NODES", "predict", "--nodes", ["RESULTS=r.jsonl"]),
@@ -159,6 +160,17 @@ def test_a_hostile_value_arrives_as_one_argument(target, variable, verb, flag, e
         assert any(env.get(flag) == value for env in fake_venv.bench_settings(verb)), calls
     else:
         assert any(argv[argv.index(flag) + 1] == value for argv in calls if flag in argv), calls
+
+
+@pytest.mark.parametrize("batch_sizes", ["32 64", "32,64", "32"])
+def test_the_emulated_sweep_probes_the_first_batch_size_in_lockstep(batch_sizes, fake_venv,
+                                                                    tmp_path):
+    run_make("bench-emulated", f"BATCH_SIZES={batch_sizes}", "MODEL=mlp",
+             f"RESULTS={tmp_path}/emulated.jsonl", f"VENV={fake_venv.path}")
+    (sweep, *_) = [argv for argv in fake_venv.bench_calls("matrix") if "--lockstep" in argv]
+    probe = sweep[sweep.index("--lockstep") + 1:]
+    assert probe == ["--lockstep-model", "mlp", "--lockstep-batch-size", "32",
+                     "--lockstep-image-size", "32"], sweep
 
 
 # NODE_ENV is a path that make reads itself and that bench hands to other hosts' shells

@@ -250,6 +250,49 @@ def test_the_prediction_charges_the_lockstep_waits():
     assert measured.lockstep == ((0.01, 0.001), (0.3, 0.006)) and measured.lockstep_ranks == 2
 
 
+def test_a_workloads_own_lockstep_probe_scales_its_waits_and_no_others():
+    from bench.analysis.prediction import workload_key
+
+    resnet = workload_key("resnet18", 32, 16, 4096, 8, "fp32")
+    assert resnet == ("resnet18", 32, 16, None, None, "fp32")   # width, depth: the mlp's only
+    # Matmuls wait 2 ms after 0.1 s and 8 ms after 0.4 s; resnet18's own 0.2 s steps 12 ms,
+    # three times the matmuls' 4 ms there: its every stretch waits three times theirs.
+    link = dataclasses.replace(GBIT, lockstep=((0.1, 0.002), (0.4, 0.008)), lockstep_ranks=2,
+                               workload_lockstep=((resnet, 0.2, 0.012),))
+    assert link.sync_wait_s(0.2, 2, resnet) == pytest.approx(0.012)
+    assert link.sync_wait_s(0.1, 2, resnet) == pytest.approx(0.006)
+    assert link.sync_wait_s(0.4, 4, resnet) == pytest.approx(0.024 * 1.0294 / 0.5642, rel=1e-3)
+    # Another workload, or none named: the matmuls' waits.
+    other = workload_key("resnet18", 32, 32, None, None, "fp32")
+    assert link.sync_wait_s(0.1, 2, other) == pytest.approx(0.002)
+    assert link.sync_wait_s(0.1, 2) == pytest.approx(0.002)
+    # The workload's probe alone: its wait in proportion to the stretch.
+    alone = dataclasses.replace(link, lockstep=())
+    assert alone.sync_wait_s(0.1, 2, resnet) == pytest.approx(0.006)
+    assert alone.sync_wait_s(0.1, 2, other) == 0 and alone.sync_wait_s(0.1, 1, resnet) == 0
+
+
+def test_the_sweeps_workload_probe_reaches_the_prediction_of_that_workload():
+    from bench.analysis.prediction import workload_of
+
+    rec = _sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.001}])
+    rec["lockstep"] = [{"compute_s": 0.1, "wait_s": 0.002, "syncs": 40}]
+    rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
+                                "mlp_width": None, "mlp_depth": None, "compute_s": 0.1,
+                                "wait_s": 0.006, "syncs": 25}
+    link = Link.from_allreduce(rec)
+    run = _record(1, "none", 0.0, 100.0)
+    run["config"]["model"].update(model="resnet18", image_size=32)
+    run["precision"] = "fp32"
+    timeline = Timeline.of(run)
+    assert timeline.workload == workload_of(run) == link.workload_lockstep[0][0]
+    # The one 0.15 s step (no buffers): the matmuls' 3 ms, three times over for resnet18.
+    assert predict_step(timeline, link, 2).skew_s == pytest.approx(0.009)
+    bigger = dataclasses.replace(timeline, workload=workload_of({**run,
+                                                                 "batch_size_per_device": 32}))
+    assert predict_step(bigger, link, 2).skew_s == pytest.approx(0.003)
+
+
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():
     # 0.2 s of CPU for 0.1 s of wire: alone it takes its CPU time.
     link = dataclasses.replace(GBIT, cpu_s_per_bus_byte=0.2 / 12.5e6)

@@ -267,8 +267,11 @@ class LinkRange:
                 if besides and len(besides) == len(links) else None
             # The hosts' waits in lockstep: the sweep whose waits add up to the most (or least).
             waits = pick_cost(links, key=lambda m: sum(w for _, w in m.lockstep))
+            # And the job's own steps' waits, the same way.
+            steps = pick_cost(links, key=lambda m: sum(w for _, _, w in m.workload_lockstep))
             return dataclasses.replace(
-                links[-1], lockstep=waits.lockstep, lockstep_ranks=waits.lockstep_ranks,
+                links[-1], lockstep=waits.lockstep, workload_lockstep=steps.workload_lockstep,
+                lockstep_ranks=waits.lockstep_ranks or steps.lockstep_ranks,
                 busbw_Bps=pick_bw(m.busbw_Bps for m in links),
                 latency_s=pick_cost(m.latency_s for m in links),
                 cpu_latency_s=pick_cost(m.cpu_latency_s for m in links),
@@ -544,13 +547,19 @@ def _lever_lines(ranked: list[tuple[Lever, Band]], nodes: int) -> list[str]:
 
 def _lockstep_line(link: Link) -> str:
     """What each sync waits for the slowest rank, as the sweep's lockstep probe measured."""
-    if not link.lockstep:
+    if not link.lockstep and not link.workload_lockstep:
         return ("waiting for the slowest rank: not charged (the sweep has no lockstep probe: "
                 "run it with --lockstep)")
     waits = ", ".join(f"{w * 1e3:.1f} ms after {c * 1e3:.0f} ms" for c, w in link.lockstep)
-    return (f"waiting for the slowest rank at each sync, measured in lockstep over "
-            f"{link.lockstep_ranks} ranks: {waits} of compute (more ranks wait longer, as "
-            "the expected maximum of normal draws grows)")
+    line = (f"waiting for the slowest rank at each sync, measured in lockstep over "
+            f"{link.lockstep_ranks} ranks: {waits or 'no matmul stretches'} of compute "
+            "(more ranks wait longer, as the expected maximum of normal draws grows)")
+    for key, compute_s, wait_s in link.workload_lockstep:
+        model, image_size, batch = key[:3]
+        line += (f"; {model} {image_size} px batch {batch}'s own steps: {wait_s * 1e3:.1f} ms "
+                 f"after {compute_s * 1e3:.0f} ms, which scales that workload's waits "
+                 f"(--lockstep-model); other workloads: the matmuls'")
+    return line
 
 
 def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:

@@ -54,6 +54,9 @@ class Link:
     # ``lockstep_ranks`` ranks. None measured: no wait charged.
     lockstep: tuple[tuple[float, float], ...] = ()
     lockstep_ranks: int = 0
+    # The job's own training steps in lockstep (``--lockstep-model``): per workload
+    # (``workload_key``), its step and the wait at each sync, over ``lockstep_ranks``.
+    workload_lockstep: tuple[tuple[tuple, float, float], ...] = ()
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -81,6 +84,14 @@ class Link:
             link = dataclasses.replace(
                 link, lockstep=tuple(sorted((row["compute_s"], row["wait_s"])
                                             for row in steps)),
+                lockstep_ranks=rec["world_size"])
+        workload = rec.get("lockstep_workload")
+        if workload and rec["world_size"] > 1:
+            key = workload_key(workload["model"], workload["image_size"],
+                               workload["batch_size"], workload.get("mlp_width"),
+                               workload.get("mlp_depth"), "fp32")
+            link = dataclasses.replace(
+                link, workload_lockstep=((key, workload["compute_s"], workload["wait_s"]),),
                 lockstep_ranks=rec["world_size"])
         return link
 
@@ -145,22 +156,40 @@ class Link:
         levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
         return (self.latency_s + levels * size_bytes / self.busbw_Bps) if levels else 0.0
 
-    def sync_wait_s(self, compute_s: float, nodes: int) -> float:
+    def sync_wait_s(self, compute_s: float, nodes: int, workload: tuple | None = None
+                    ) -> float:
         """How long a sync after ``compute_s`` of compute waits, on ``nodes`` nodes, for the
         slowest one beyond the mean: read from the lockstep probe between its stretches
         (in proportion below the shortest and above the longest), and moved from the
         probe's rank count to ``nodes`` as the expected maximum of that many normal draws
-        grows (0.56 of a standard deviation for 2, 1.03 for 4)."""
+        grows (0.56 of a standard deviation for 2, 1.03 for 4).
+
+        Where the sweep also ran ``workload``'s own steps in lockstep, its waits are the
+        matmuls' scaled by how much more that workload's step waited than matmuls of the
+        same length: a network's pace varies more between hosts than a matmul's (the demo's
+        resnet18 waited 25 ms a step where matmuls of that length waited 9-10)."""
+        if nodes < 2 or compute_s <= 0 or not self.lockstep_ranks:
+            return 0.0
+        wait = self._matmul_wait_s(compute_s)
+        probe = next(((c, w) for key, c, w in self.workload_lockstep if key == workload), None)
+        if probe is not None:
+            probe_compute, probe_wait = probe
+            at_probe = self._matmul_wait_s(probe_compute)
+            wait = wait * probe_wait / at_probe if at_probe > _TINY_S and wait > 0 else \
+                probe_wait * compute_s / probe_compute
+        return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
+
+    def _matmul_wait_s(self, compute_s: float) -> float:
+        """The matmul lockstep probe's wait after ``compute_s`` on its own ranks (0 without
+        one)."""
         steps = self.lockstep
-        if not steps or nodes < 2 or compute_s <= 0:
+        if not steps:
             return 0.0
         if compute_s <= steps[0][0]:
-            wait = steps[0][1] * compute_s / steps[0][0]
-        elif compute_s >= steps[-1][0]:
-            wait = steps[-1][1] * compute_s / steps[-1][0]
-        else:
-            wait = _between(steps, compute_s)
-        return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
+            return steps[0][1] * compute_s / steps[0][0]
+        if compute_s >= steps[-1][0]:
+            return steps[-1][1] * compute_s / steps[-1][0]
+        return _between(steps, compute_s)
 
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
@@ -189,6 +218,31 @@ def _between(table: tuple[tuple[float, float], ...], x: float) -> float:
     (x_a, y_a), (x_b, y_b) = next((one, two) for one, two in zip(table, table[1:], strict=False)
                                   if x <= two[0])
     return y_a + (x - x_a) / (x_b - x_a) * (y_b - y_a)
+
+
+# A wait under a nanosecond is none: a ratio over it would be rounding dust.
+_TINY_S = 1e-9
+
+
+def workload_key(model: str | None, image_size: int | None, batch_size: int | None,
+                 mlp_width: int | None, mlp_depth: int | None, precision: str | None) -> tuple:
+    """What makes a lockstep probe's steps the job's own: the network and its shape, the
+    batch per rank and the precision (the probe runs fp32). The mlp's width and depth
+    count only for the mlp."""
+    mlp = model == "mlp"
+    return (model, image_size, batch_size, mlp_width if mlp else None,
+            mlp_depth if mlp else None, precision)
+
+
+def workload_of(rec: dict) -> tuple:
+    """A training record's ``workload_key``; its precision as ran (``precision``), else,
+    in records from before the ranks resolved it, as asked."""
+    config = rec.get("config") or {}
+    model, asked = (part if isinstance(part, dict) else {}
+                    for part in (config.get("model"), config.get("precision")))
+    return workload_key(model.get("model"), model.get("image_size"),
+                        rec.get("batch_size_per_device"), model.get("mlp_width"),
+                        model.get("mlp_depth"), rec.get("precision") or asked.get("precision"))
 
 
 @functools.cache
@@ -268,6 +322,9 @@ class Timeline:
     # DDP's broadcasts of rank 0's buffers before each forward, in bytes; records from
     # before they were recorded have none, and are predicted without them.
     broadcast_bytes: tuple[float, ...] = ()
+    # The network, batch and precision it was measured on (``workload_of``): which
+    # lockstep probe of the job's own steps, if the sweep ran one, speaks for its syncs.
+    workload: tuple | None = None
 
     @classmethod
     def of(cls, rec: dict) -> Timeline:
@@ -291,7 +348,8 @@ class Timeline:
         share = ((rec.get("env") or {}).get("link") or {}).get("cpu_share") or 1.0
         return cls(ready, tuple(timeline["sent_bytes"]), timeline["step_s"], calls, cpus,
                    issued, hook_s, done_last, bool(timeline.get("serialized")),
-                   min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()))
+                   min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()),
+                   workload_of(rec))
 
     @property
     def handover_s(self) -> tuple[float, ...]:
@@ -408,7 +466,7 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring)."""
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
-    wait = lambda stretch: link.sync_wait_s(stretch, nodes)  # noqa: E731
+    wait = lambda stretch: link.sync_wait_s(stretch, nodes, timeline.workload)  # noqa: E731
     timeline, late = timeline.slowest_rank(wait)
     calls = timeline.calls_per_bucket
     on_cpu = timeline.compute_cpus is not None

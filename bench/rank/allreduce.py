@@ -40,7 +40,12 @@ from bench.allreduce_config import (  # noqa: F401  (the sweep's config, re-expo
 from bench.config import DistributedConfig
 from bench.rank import distributed, job
 from bench.rank.clock import make_clock
-from bench.rank.compute_probe import beside_compute, lockstep
+from bench.rank.compute_probe import (
+    WORKLOAD_STEPS,
+    beside_compute,
+    lockstep,
+    lockstep_workload,
+)
 from bench.units import format_size
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -192,6 +197,13 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
         rec.update(summarize(rec["sizes"]))
         if cfg.lockstep:
             rec["lockstep"] = lockstep(ctx)
+        workload = cfg.lockstep_workload()
+        if workload is not None:
+            if ctx.is_leader:
+                print(f"[bench] lockstep: {workload.model} at batch {cfg.lockstep_batch_size}, "
+                      f"{WORKLOAD_STEPS} steps", file=sys.stderr, flush=True)
+            rec["lockstep_workload"] = lockstep_workload(ctx, workload,
+                                                         cfg.lockstep_batch_size)
 
     return job.run(PROG, skeleton(cfg), cfg.results,
                    DistributedConfig(device=cfg.device, backend=cfg.backend,

@@ -5,7 +5,8 @@ two probes the all-reduce sweep runs on request (``--beside-compute``, ``--locks
 - beside compute: a size's all-reduces timed while a compute thread works beside them,
   and the compute they took from it;
 - lockstep: the ranks doing the same stretch of compute, then a sync, over and over, and
-  how long each sync waits for the slowest rank.
+  how long each sync waits for the slowest rank; with a workload (``--lockstep-model``),
+  also the job's own training step as the stretch.
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
+from bench.config import ModelConfig
 from bench.rank import distributed
+from bench.rank.models import build_model, input_shape
 
 # The compute beside the all-reduces: matmuls on the rank's torch threads, as backward's
 # kernels are. 512 x 512 in float32: three 1 MiB matrices, past a core's L2 cache as
@@ -158,3 +162,56 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
         rows.append({"compute_s": statistics.fmean(t for times in every for t in times),
                      "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": count})
     return rows
+
+
+# The workload's steps in lockstep: a few untimed (allocations, the first backward), then
+# as many as the trainer's communication probe takes (--comm-probe-steps' default).
+WORKLOAD_WARMUP_STEPS = 3
+WORKLOAD_STEPS = 25
+# Synthetic data's classes, as the trainer's (bench.rank.data): the same last layer.
+SYNTHETIC_CLASSES = 1000
+
+
+def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
+                      batch_size: int) -> dict:
+    """The job's own training step (forward, backward, SGD with momentum, on synthetic
+    data, no gradient sync) as the stretch between syncs: its mean time, and the mean over
+    syncs of how much longer the slowest rank's step took than the ranks' mean.
+
+    A matmul's pace varies less between hosts than a network's steps do (their memory
+    traffic, their many small kernels): on the README's demo the matmul probe charged 9-10
+    ms a step where resnet18's own steps in lockstep waited 25
+    (results/reference/missing-cost/lockstep-workload)."""
+    torch.manual_seed(0)
+    model = build_model(model_cfg, SYNTHETIC_CLASSES)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs = torch.randn(batch_size, *input_shape(model_cfg))
+    labels = torch.randint(0, SYNTHETIC_CLASSES, (batch_size,))
+    sync = torch.zeros(1)
+
+    def step() -> float:
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(inputs), labels).backward()
+        optimizer.step()
+        return time.perf_counter() - start
+
+    def steps(count: int) -> list[float]:
+        own = []
+        for _ in range(count):
+            own.append(step())
+            if ctx.is_distributed:
+                dist.all_reduce(sync)
+        return own
+
+    steps(WORKLOAD_WARMUP_STEPS)
+    distributed.barrier(ctx)
+    every = distributed.all_gather_objects(ctx, steps(WORKLOAD_STEPS))
+    wait = statistics.fmean(max(times) - statistics.fmean(times)
+                            for times in zip(*every, strict=True))
+    return {"model": model_cfg.model, "image_size": model_cfg.image_size,
+            "batch_size": batch_size,
+            "mlp_width": model_cfg.mlp_width if model_cfg.model == "mlp" else None,
+            "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
+            "compute_s": statistics.fmean(t for times in every for t in times),
+            "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": WORKLOAD_STEPS}
