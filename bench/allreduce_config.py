@@ -60,8 +60,8 @@ class AllreduceConfig:
                             "keeps the others waiting, for stretches of 10-640 ms (on CPU)")
     lockstep_model: str | None = option(
         None, "with --lockstep, also time this network's own training steps in lockstep "
-        "(synthetic data, no gradient sync): the job's model, whose spread between hosts "
-        "is wider than a matmul's; bench predict charges the job's syncs by it",
+        "(synthetic data, no gradient sync): the job's model, whose pace between hosts "
+        "need not be a matmul's; bench predict charges the job's syncs by it",
         choices=MODEL_NAMES)
     lockstep_batch_size: int = option(16, "batch per rank of --lockstep-model")
     lockstep_image_size: int | None = option(None, "input side of --lockstep-model, as the "

@@ -49,11 +49,16 @@ chained to it, beside backward. The one-rank probe completes that first all-redu
 thread of its own for the same reason (``bench.rank.traffic``), so the one-node timeline
 holds the chain where N ranks run it: after the hand-over, as the hook's own work.
 
+The workload's own pace: with ``--lockstep-model`` the sweep also runs the job's own steps
+in lockstep, and that workload's waits are the matmuls' scaled by its own
+(``Link.sync_wait_s``). An experiment had seen the demo's steps wait 25 ms a step where the
+matmul probe charged 9-10; on two later demo runs the probe read 7-8 ms, near the matmuls'
+(missing-cost/lockstep-workload/README.md).
+
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
 hosts of one CPU at 5 Gbit/s; results/reference/powersgd-chain/README.md):
-- the last bucket's sync after backward took 11-16 ms more than charged, for both hooks:
-  the demo's own forward and backward in lockstep wait 25 ms a step for the slower rank,
-  where the matmul lockstep probe charges 9-10 (missing-cost/lockstep-workload/README.md);
+- the last bucket's sync after backward took 11-16 ms more than charged, for both hooks,
+  in the runs before the workload probe (the 25 ms above, if it recurs);
 - hosts slowing each other when they run the same memory-bound phase at once: on two
   emulated hosts both ranks run the optimizer together, right after the same sync, and it
   took about 3 ms longer than on one (whose neighbour's copy runs out of step). Real
@@ -62,7 +67,8 @@ hosts of one CPU at 5 Gbit/s; results/reference/powersgd-chain/README.md):
   bucket 20-25 ms later than the one-node probe, of which about 8 ms are charged.
 So the demo measures 0.94-0.95 (none) and 0.97-1.05 (PowerSGD) of the prediction in two
 runs (results/reference/demo-20261126/; 0.84-0.91 before the beside-compute and lockstep
-probes and the deferred chain). The grid of other
+probes and the deferred chain), and with the workload probe 0.99-1.00 and 0.89-1.00 in two
+more. The grid of other
 workloads: 9 of 12 cells within 0.90-1.10 (results/reference/accuracy-grid-2/). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5

@@ -165,9 +165,10 @@ class Link:
         grows (0.56 of a standard deviation for 2, 1.03 for 4).
 
         Where the sweep also ran ``workload``'s own steps in lockstep, its waits are the
-        matmuls' scaled by how much more that workload's step waited than matmuls of the
-        same length: a network's pace varies more between hosts than a matmul's (the demo's
-        resnet18 waited 25 ms a step where matmuls of that length waited 9-10)."""
+        matmuls' scaled by how much more (or less) that workload's step waited than matmuls
+        of the same length: a network's pace between hosts need not be a matmul's (an
+        experiment saw the demo's resnet18 wait 25 ms a step where matmuls of that length
+        waited 9-10; the probe itself later read 7-8 ms there, near the matmuls')."""
         if nodes < 2 or compute_s <= 0 or not self.lockstep_ranks:
             return 0.0
         wait = self._matmul_wait_s(compute_s)

@@ -178,10 +178,11 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
     data, no gradient sync) as the stretch between syncs: its mean time, and the mean over
     syncs of how much longer the slowest rank's step took than the ranks' mean.
 
-    A matmul's pace varies less between hosts than a network's steps do (their memory
-    traffic, their many small kernels): on the README's demo the matmul probe charged 9-10
-    ms a step where resnet18's own steps in lockstep waited 25
-    (results/reference/missing-cost/lockstep-workload)."""
+    A network's steps (their memory traffic, their many small kernels) need not keep the
+    pace a matmul does: on the README's demo an experiment saw resnet18's own steps wait 25
+    ms a step in lockstep where the matmul probe charged 9-10; this probe, on two later
+    runs of the demo, read 7.0 and 8.3 ms, near the matmuls'
+    (results/reference/missing-cost/lockstep-workload). Measured each time, not assumed."""
     torch.manual_seed(0)
     model = build_model(model_cfg, SYNTHETIC_CLASSES)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
