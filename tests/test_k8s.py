@@ -514,17 +514,29 @@ def test_launch_applies_waits_collects_and_deletes(tmp_path, fake_kubectl):
     assert (spec.log_dir / "node0.log").read_text().splitlines()[-1] == json.dumps(ok)
 
 
-def test_launch_deletes_the_job_when_interrupted(tmp_path, fake_kubectl, monkeypatch):
+@pytest.mark.parametrize("verb", ["apply", "get"])
+def test_launch_deletes_the_job_when_interrupted(tmp_path, fake_kubectl, monkeypatch, verb):
+    """Ctrl-C once kubectl has run `verb`: while the job is applied (the API server may have
+    taken it before kubectl returned) or while it is waited for. The interruption is raised
+    at that call, not from time.sleep: subprocess.run sleeps too while it waits for
+    kubectl, and an interruption there came before the job was applied under load."""
     (fake_kubectl / "pods.json").write_text(json.dumps({"items": []}))
     (fake_kubectl / "job.json").write_text("{}")
+    real = k8s_launcher.kubectl
 
-    def interrupt(_seconds):
-        raise KeyboardInterrupt
+    def interrupted(options, *args, **kwargs):
+        out = real(options, *args, **kwargs)
+        if args[0] == verb:
+            raise KeyboardInterrupt
+        return out
 
-    monkeypatch.setattr(k8s_launcher.time, "sleep", interrupt)
+    monkeypatch.setattr(k8s_launcher, "kubectl", interrupted)
     with pytest.raises(KeyboardInterrupt):
         k8s.K8sLauncher(options(tmp_path)).launch(job(tmp_path))
-    assert "delete" in _calls(fake_kubectl)[-1]
+    calls = [[word for word in call if not word.startswith(("--context=", "--namespace="))]
+             for call in _calls(fake_kubectl)]
+    assert calls[0][0] == "apply" and calls[-1][:2] == ["delete", "--ignore-not-found"], calls
+    assert sum(call[0] == "delete" for call in calls) == 1, calls
 
 
 def test_a_refused_apply_is_a_row_not_a_crash(tmp_path, fake_kubectl, monkeypatch):

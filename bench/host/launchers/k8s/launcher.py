@@ -22,7 +22,14 @@ from bench.host.launchers.k8s.preflight import cluster_checks
 from bench.host.launchers.k8s.render import manifests
 from bench.host.launchers.k8s.status import outcome, pod_exit, pod_problem, pod_rank, verdict
 from bench.host.launchers.k8s.yaml_text import to_yaml
-from bench.host.launchers.nodes import CONSOLE, TAIL_LINES, JobOutcome, NodeOutcome, failed_to_start
+from bench.host.launchers.nodes import (
+    CONSOLE,
+    TAIL_LINES,
+    JobOutcome,
+    NodeOutcome,
+    failed_to_start,
+    shielded,
+)
 from bench.topology import Topology
 
 
@@ -59,19 +66,24 @@ class K8sLauncher:
         path.write_text(self.render(job), encoding="utf-8")
         name = object_name(job.job_id)
         started = time.monotonic()
-        out = kubectl(self.options, "apply", "-f", str(path))
-        if out.returncode != 0:
-            kubectl(self.options, "delete", "--ignore-not-found", "--wait=false", "-f", str(path))
-            return failed_to_start("k8s", f"kubectl apply refused the job: {last_line(out)[:300]}")
-        if CONSOLE.echo:
-            kind = "PyTorchJob" if self.options.kind == "pytorchjob" else "Job"
-            print(f"[k8s] job {job.job_id} is {kind} {name} in namespace "
-                  f"{self.options.namespace}", file=sys.stderr, flush=True)
+        # From the apply on, whatever happens (Ctrl-C during the apply too: the API server
+        # may have taken the job before kubectl returned), the job must not outlive us; a
+        # second Ctrl-C cannot cut the delete short.
         try:
+            out = kubectl(self.options, "apply", "-f", str(path))
+            if out.returncode != 0:
+                return failed_to_start("k8s", "kubectl apply refused the job: "
+                                       f"{last_line(out)[:300]}")
+            if CONSOLE.echo:
+                kind = "PyTorchJob" if self.options.kind == "pytorchjob" else "Job"
+                print(f"[k8s] job {job.job_id} is {kind} {name} in namespace "
+                      f"{self.options.namespace}", file=sys.stderr, flush=True)
             state, pods, timed_out = self._wait(job, name, started)
             nodes = self._collect(job, pods)
-        finally:  # whatever happened (Ctrl-C too), the job must not outlive us
-            kubectl(self.options, "delete", "--ignore-not-found", "--wait=false", "-f", str(path))
+        finally:
+            with shielded():
+                kubectl(self.options, "delete", "--ignore-not-found", "--wait=false", "-f",
+                        str(path))
         return outcome(job, name, state, pods, nodes, timed_out, time.monotonic() - started)
 
     def _wait(self, job: JobSpec, name: str, started: float) -> tuple[dict, list[dict], bool]:
