@@ -11,6 +11,7 @@ import math
 import statistics
 
 from bench.allreduce_config import bus_factor
+from bench.analysis.table import precision_of
 from bench.units import format_rate
 
 
@@ -236,14 +237,14 @@ def workload_key(model: str | None, image_size: int | None, batch_size: int | No
 
 
 def workload_of(rec: dict) -> tuple:
-    """A training record's ``workload_key``; its precision as ran (``precision``), else,
-    in records from before the ranks resolved it, as asked."""
-    config = rec.get("config") or {}
-    model, asked = (part if isinstance(part, dict) else {}
-                    for part in (config.get("model"), config.get("precision")))
+    """A training record's ``workload_key``; its precision as ``table.precision_of``
+    reads it (as ran, else, in older records, as asked)."""
+    model = (rec.get("config") or {}).get("model")
+    model = model if isinstance(model, dict) else {}
+    precision = precision_of(rec)
     return workload_key(model.get("model"), model.get("image_size"),
                         rec.get("batch_size_per_device"), model.get("mlp_width"),
-                        model.get("mlp_depth"), rec.get("precision") or asked.get("precision"))
+                        model.get("mlp_depth"), precision if isinstance(precision, str) else None)
 
 
 @functools.cache
