@@ -155,13 +155,20 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
             own.append(compute(pieces))
             if ctx.is_distributed:
                 dist.all_reduce(sync)
-        every = distributed.all_gather_objects(ctx, own)
-        waits = [max(times) - statistics.fmean(times) for times in zip(*every, strict=True)]
-        wait = statistics.fmean(waits)
-        # The schema reads a positive figure under a nanosecond as garbage: that is none.
-        rows.append({"compute_s": statistics.fmean(t for times in every for t in times),
-                     "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": count})
+        rows.append({**in_lockstep(ctx, own), "syncs": count})
     return rows
+
+
+def in_lockstep(ctx: distributed.DistContext, own: list[float]) -> dict:
+    """Every rank's stretch times between the same syncs: their mean (``compute_s``), and
+    the mean over syncs of how much longer the slowest rank's stretch took than the ranks'
+    mean (``wait_s``)."""
+    every = distributed.all_gather_objects(ctx, own)
+    wait = statistics.fmean(max(times) - statistics.fmean(times)
+                            for times in zip(*every, strict=True))
+    # The schema reads a positive figure under a nanosecond as garbage: that is none.
+    return {"compute_s": statistics.fmean(t for times in every for t in times),
+            "wait_s": wait if wait >= 1e-9 else 0.0}
 
 
 # The workload's steps in lockstep: a few untimed (allocations, the first backward), then
@@ -207,12 +214,8 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
 
     steps(WORKLOAD_WARMUP_STEPS)
     distributed.barrier(ctx)
-    every = distributed.all_gather_objects(ctx, steps(WORKLOAD_STEPS))
-    wait = statistics.fmean(max(times) - statistics.fmean(times)
-                            for times in zip(*every, strict=True))
     return {"model": model_cfg.model, "image_size": model_cfg.image_size,
             "batch_size": batch_size,
             "mlp_width": model_cfg.mlp_width if model_cfg.model == "mlp" else None,
             "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
-            "compute_s": statistics.fmean(t for times in every for t in times),
-            "wait_s": wait if wait >= 1e-9 else 0.0, "syncs": WORKLOAD_STEPS}
+            **in_lockstep(ctx, steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
