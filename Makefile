@@ -24,7 +24,7 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
-  LINKS N_CLEAN N_SLOW
+  LINKS N_CLEAN N_SLOW GRID WORKLOADS
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -95,7 +95,7 @@ CPU_TRAIN_SAMPLES ?= 4096
 CPU_EVAL_SAMPLES ?= 2000
 
 .PHONY: help venv host docker wheels wheels-cpu build build-cpu build-nfs base-image \
-        gpu-ready bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-straggler accept bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
+        gpu-ready bench-single bench-multigpu bench-cpu bench-comm bench-emulated bench-predict bench-accuracy bench-accuracy-grid bench-straggler accept bench-overhead bench-container-overhead bench-launch-overhead bench-matrix bench-multinode bench-slurm k8s-manifests bench-oom doctor table plot report node-up nfs-up nfs-down \
         dataset settings test test-deps unit lint clean
 
 help: ## list the targets
@@ -516,6 +516,16 @@ bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
 bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~50 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS"
+
+# The grid of issue 29: workloads unlike the reference, from compute-bound to link-bound,
+# each on the links and hooks its line names (GRID: scripts/accuracy-grid.tsv), into
+# RESULTS/NAME, then every cell in RESULTS/grid.md, the held-out ones counted apart.
+bench-accuracy-grid: GRID ?= scripts/accuracy-grid.tsv
+bench-accuracy-grid: NODES ?= 2
+bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
+bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS; root, ~55 min
+	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
+	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"}
 
 # Straggler detection (issue 26): the same 4-host job clean, and with host 2 slowed by a
 # CPU quota (25%, 10%) or its link at a tenth, interleaved; what each record named, tallied

@@ -5,6 +5,8 @@
   python scripts/prediction_accuracy.py --out results/accuracy-TAG --analyse-only
   python scripts/prediction_accuracy.py --links 5gbit --nodes 2 --model resnet18 \
       --image-size 32 --batch-size 8 --hooks none,powersgd --out results/grid/resnet18-b8
+  python scripts/prediction_accuracy.py --grid scripts/accuracy-grid.tsv --nodes 2 \
+      --out results/grid-TAG            (every workload of the grid; then grid.md)
 
 Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a spread;
 in each element type the hooks send; each size also beside compute, what the model takes
@@ -23,6 +25,13 @@ included, computes on the same share of a CPU, and the records carry that share
 (env.link.cpu_share) for the predictor to run gloo's CPU work at. ``--model``,
 ``--image-size``, ``--batch-size`` and the MLP's ``--mlp-width``/``--mlp-depth`` choose
 another workload, from compute-bound to link-bound: the grid of issue 29.
+
+``--grid FILE`` runs every workload of a grid file (bench/accuracy_grid.py: name, model,
+batch, shape, links, hooks, and whether it is held out of development) into ``OUT/NAME``,
+each as the flags above would, then sets every cell of every workload in one table,
+``OUT/grid.md``, with a count for the development set and the held-out set apart. A
+workload whose measurement fails is named there and the rest go on; ``--workloads A,B``
+runs a part of the grid, and ``--analyse-only`` rebuilds the tables from what is there.
 """
 from __future__ import annotations
 
@@ -35,11 +44,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import record  # noqa: E402
+from bench import accuracy_grid, record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
-from bench.paths import MARK_COMMENT, write_output  # noqa: E402
+from bench.paths import MARK_COMMENT, child, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
 from bench.units import parse_rate, parse_size  # noqa: E402
 
@@ -76,7 +85,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
           *shape, "--log-every", "0"])
 
 
-def analyse(links: list[str], out: Path) -> str:
+def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:
     found = []
     for link in links:
         records = record.load(out / f"{link}.jsonl", "results")
@@ -84,7 +93,38 @@ def analyse(links: list[str], out: Path) -> str:
         records += accuracy.baseline_copies(records, out / f"{link}.jsonl")
         sweeps = accuracy.sweeps_of(record.load(out / f"{link}-comm.jsonl", "sweeps"))
         found += accuracy.rows(records, sweeps)
-    return accuracy.table(found)
+    return found
+
+
+def analyse(links: list[str], out: Path) -> str:
+    return accuracy.table(found_rows(links, out))
+
+
+def _write(path: Path, text: str) -> None:
+    # Never over a file bench did not make, nor through a link (paths.write_output).
+    write_output(path, f"{MARK_COMMENT}\n{text}\n", setting="--out",
+                 fix="give --out another directory")
+
+
+def analyse_grid(grid: list[accuracy_grid.Workload], out: Path,
+                 failed: dict[str, str]) -> str:
+    """Each workload's table in OUT/NAME/accuracy.md, and every cell of the grid in one
+    table; a workload that failed or has no records is named there, not left out."""
+    measured = []
+    for w in grid:
+        missing = failed.get(w.name)
+        rows: list[accuracy.Row] = []
+        if missing is None:
+            try:
+                mine = child(out, w.name, "name")   # a directory of its own, not a link out
+                rows = found_rows(w.links, mine)
+                _write(mine / "accuracy.md", accuracy.table(rows))
+            except ConfigError as error:   # not measured yet, or its files unreadable
+                missing = str(error)
+        if missing is None and not rows:
+            missing = "no setup measured on 1 node and on N nodes"
+        measured.append(accuracy.Measured(w.name, w.label, w.held_out, tuple(rows), missing))
+    return accuracy.grid_table(measured)
 
 
 def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
@@ -112,43 +152,111 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
     return links, hooks, nodes
 
 
+# The flags that say which workload, links and hooks to measure; a grid file names them
+# per workload instead. Their defaults: the reference check's.
+WORKLOAD_DEFAULTS = {"links": "1gbit,5gbit", "hooks": ",".join(COMM_HOOKS), "model": "mlp",
+                     "image_size": None, "batch_size": 16, "mlp_width": 1024, "mlp_depth": 4}
+
+
+def _grid_of(a: argparse.Namespace) -> list[accuracy_grid.Workload] | None:
+    """The grid's workloads to run (all, or --workloads'), or None without --grid; every
+    value of the file checked. Without --grid, the workload flags take their defaults."""
+    given = [flag for flag in WORKLOAD_DEFAULTS if getattr(a, flag) is not None]
+    if a.grid is None:
+        if a.workloads is not None:
+            raise ConfigError("--workloads", a.workloads, "picks workloads of a --grid file: "
+                              "give --grid too")
+        for flag, default in WORKLOAD_DEFAULTS.items():
+            if getattr(a, flag) is None:
+                setattr(a, flag, default)
+        return None
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(flag, getattr(a, given[0]), "the grid file names each workload's "
+                          f"model, batch, shape, links and hooks: drop {flag}, or drop --grid")
+    return accuracy_grid.chosen(accuracy_grid.load(a.grid), a.workloads)
+
+
+def _as_flags(a: argparse.Namespace, w: accuracy_grid.Workload) -> argparse.Namespace:
+    """The namespace the one-workload path takes, for one workload of the grid."""
+    return argparse.Namespace(**{**vars(a), "links": ",".join(w.links),
+                                 "hooks": ",".join(w.hooks), "model": w.model,
+                                 "image_size": w.image_size, "batch_size": w.batch_size,
+                                 "mlp_width": w.mlp_width or WORKLOAD_DEFAULTS["mlp_width"],
+                                 "mlp_depth": w.mlp_depth or WORKLOAD_DEFAULTS["mlp_depth"]})
+
+
+def run_grid(grid: list[accuracy_grid.Workload], nodes: list[int],
+             a: argparse.Namespace) -> dict[str, str]:
+    """Measure each workload in turn; one that fails is noted (why) and the rest go on."""
+    failed = {}
+    for index, w in enumerate(grid, 1):
+        print(f"grid: workload {index} of {len(grid)}: {w.name} ({w.label}; "
+              f"{','.join(w.links)}; {','.join(w.hooks)})", flush=True)
+        flags = _as_flags(a, w)
+        try:
+            out = child(a.out, w.name, "name")
+            out.mkdir(exist_ok=True)
+            for link in w.links:
+                measure(link, out, nodes, flags)
+        except (subprocess.CalledProcessError, OSError, ConfigError) as error:
+            failed[w.name] = f"failed: {error}"
+            print(f"grid: {w.name} failed ({error}); going on with the rest", file=sys.stderr,
+                  flush=True)
+    return failed
+
+
 def main() -> int:
     p = OneLineErrorParser(description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--links", default="1gbit,5gbit")
+    p.add_argument("--links", default=None, help="link rates (default: 1gbit,5gbit)")
     p.add_argument("--nodes", default="2,3,4", help="node counts to measure (from 2)")
-    p.add_argument("--hooks", default=",".join(COMM_HOOKS))
+    p.add_argument("--hooks", default=None, help="comm hooks (default: every one)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--model", default="mlp", help="the workload (default: the MLP)")
+    p.add_argument("--model", default=None, help="the workload (default: the MLP)")
     p.add_argument("--image-size", type=int, default=None,
                    help="input side in pixels (default: the model's own)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--mlp-width", type=int, default=1024)
-    p.add_argument("--mlp-depth", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=None, help="(default: 16)")
+    p.add_argument("--mlp-width", type=int, default=None, help="(default: 1024)")
+    p.add_argument("--mlp-depth", type=int, default=None, help="(default: 4)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
+    p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
+                   "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
+    p.add_argument("--workloads", default=None, help="with --grid: only these (names)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--analyse-only", action="store_true")
     a = p.parse_args()
     try:
-        links, hooks, nodes = _checked(a)
+        grid = _grid_of(a)
+        if grid is None:
+            links, hooks, nodes = _checked(a)
+            a.hooks = ",".join(hooks)
+        else:
+            nodes = parse_positive_ints(a.nodes, "--nodes")
+            for w in grid:   # each workload's values as the one-workload path checks them
+                _checked(_as_flags(a, w))
+            if a.analyse_only and not a.out.is_dir():
+                raise ConfigError("--out", a.out, "holds no grid run: measure it first "
+                                  "(drop --analyse-only)")
     except ConfigError as error:  # one line naming the setting, before anything is written
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2
-    a.hooks = ",".join(hooks)
     if not a.analyse_only:
         a.out.mkdir(parents=True, exist_ok=True)
-        for link in links:
-            measure(link, a.out, nodes, a)
     try:
+        if grid is not None:
+            failed = {} if a.analyse_only else run_grid(grid, nodes, a)
+            text = analyse_grid(grid, a.out, failed)
+            _write(a.out / "grid.md", text)
+            print(text)
+            return 1 if failed else 0
+        for link in links:
+            if not a.analyse_only:
+                measure(link, a.out, nodes, a)
         text = analyse(links, a.out)
-    except ConfigError as error:  # a results file missing or holding no valid record
-        print(f"{p.prog}: error: {error}", file=sys.stderr)
-        return 2
-    try:  # never over a file bench did not make, nor through a link (paths.write_output)
-        write_output(a.out / "accuracy.md", f"{MARK_COMMENT}\n{text}\n", setting="--out",
-                     fix="give --out another directory")
-    except ConfigError as error:
+        _write(a.out / "accuracy.md", text)
+    except ConfigError as error:  # a results file missing or unreadable; --out not ours
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2
     print(text)

@@ -226,6 +226,21 @@ def test_bench_straggler_passes_each_setting_whole_with_its_defaults(fake_venv, 
                                                     "--steps")] == ["10", "1gbit", "mlp", "30"]
 
 
+def test_bench_accuracy_grid_passes_each_setting_whole(fake_venv, marker):
+    hostile = HOSTILE.format(m=marker)
+    for extra, workloads in (([f"WORKLOADS={hostile}"], hostile), ([], None)):
+        before = len(fake_venv.calls())
+        proc = run_make("bench-accuracy-grid", f"VENV={fake_venv.path}", f"GRID={hostile}",
+                        "RESULTS=out/a b", *extra)
+        assert proc.returncode == 0, proc.stderr
+        (argv,) = [c for c in fake_venv.calls()[before:]
+                   if c[0] == "scripts/prediction_accuracy.py"]
+        assert [argv[argv.index(flag) + 1] for flag in ("--grid", "--out", "--nodes")] == \
+            [hostile, "out/a b", "2"]
+        assert (argv[argv.index("--workloads") + 1] if "--workloads" in argv else None) \
+            == workloads
+
+
 # --- RESULTS defaults to the newest results file ----------------------------------------------
 @pytest.fixture
 def checkout(tmp_path):

@@ -144,27 +144,76 @@ def _ratio(p: Predicted | None) -> str:
     return f"{p.samples_per_s.text()} | {p.ratio:.2f}{mark}"
 
 
-def table(found: list[Row]) -> str:
-    lines = ["| link | hook (sweep dtype) | nodes | 1 node, timeline (n) | measured (n) | "
-             "predicted [band], N-node sweep | measured / predicted | within band | "
-             "predicted [band], 2-node sweep | measured / predicted |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in sorted(found, key=lambda r: (r.link, r.hook, r.nodes)):
-        p = row.at_n
-        lines.append(f"| {row.link} | {row.hook} ({row.sweep_dtype}) | {row.nodes} | "
-                     f"{row.one_node:.1f} ({row.one_node_samples}) | "
-                     f"{p.measured_median:.1f} ({len(p.measured)}) | {_ratio(p)} | "
-                     f"{'yes' if p.within else 'no'} | {_ratio(row.from_two)} |")
+_HEADER = ("| link | hook (sweep dtype) | nodes | 1 node, timeline (n) | measured (n) | "
+           "predicted [band], N-node sweep | measured / predicted | within band | "
+           "predicted [band], 2-node sweep | measured / predicted |")
+
+
+def _cells(row: Row) -> str:
+    """A row's cells from the link on, as both tables print them."""
+    p = row.at_n
+    return (f"{row.link} | {row.hook} ({row.sweep_dtype}) | {row.nodes} | "
+            f"{row.one_node:.1f} ({row.one_node_samples}) | "
+            f"{p.measured_median:.1f} ({len(p.measured)}) | {_ratio(p)} | "
+            f"{'yes' if p.within else 'no'} | {_ratio(row.from_two)} |")
+
+
+def _order(row: Row) -> tuple:
+    return (row.link, row.hook, row.nodes)
+
+
+def _tally(found: list[Row]) -> str:
     held = [r for r in found if _within_goal(r.at_n.ratio)]
-    lines += ["", f"{len(held)} of {len(found)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
-              "(N-node sweep); "
-              f"{sum(1 for r in found if r.at_n.within)} of {len(found)} measured within "
-              "the band"]
+    return (f"{len(held)} of {len(found)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
+            "(N-node sweep); "
+            f"{sum(1 for r in found if r.at_n.within)} of {len(found)} measured within "
+            "the band")
+
+
+def table(found: list[Row]) -> str:
+    lines = [_HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {_cells(row)}" for row in sorted(found, key=_order)]
+    lines += ["", _tally(found)]
     carried = [r.from_two.ratio for r in found if r.from_two and r.from_two.ratio is not None]
     if carried:
         ok = sum(1 for ratio in carried if _within_goal(ratio))
         lines.append(f"{ok} of {len(carried)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
                      "from the 2-node sweep alone")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measured:
+    """One workload of a grid: its rows, or why it has none."""
+
+    name: str
+    label: str                     # e.g. resnet18 32 px, batch 8
+    held_out: bool
+    rows: tuple[Row, ...] = ()
+    missing: str | None = None     # why no row: not measured, or its files unreadable
+
+
+def grid_table(workloads: list[Measured]) -> str:
+    """Every cell of every workload in one table, then the count for the development set
+    and for the held-out set apart (issue 29: the held-out part is checked last)."""
+    lines = ["| workload | set | " + _HEADER[2:],
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in workloads:
+        kind = "held out" if w.held_out else "dev"
+        if w.missing:
+            reason = w.missing.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {w.label} (`{w.name}`) | {kind} | {reason} |"
+                         + " - |" * 9)
+        lines += [f"| {w.label} (`{w.name}`) | {kind} | {_cells(row)}"
+                  for row in sorted(w.rows, key=_order)]
+    lines.append("")
+    for held_out, name in ((False, "development set"), (True, "held out")):
+        rows = [row for w in workloads if w.held_out is held_out for row in w.rows]
+        if any(w.held_out is held_out for w in workloads):
+            lines.append(f"{name}: {_tally(rows)}")
+    missing = [w.name for w in workloads if w.missing]
+    if missing:
+        lines.append(f"not in the table: {', '.join(missing)} (see the row of each)")
     return "\n".join(lines)
 
 
