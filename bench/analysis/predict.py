@@ -69,7 +69,10 @@ So the demo measures 0.94-0.95 (none) and 0.97-1.05 (PowerSGD) of the prediction
 runs (results/reference/demo-20261126/; 0.84-0.91 before the beside-compute and lockstep
 probes and the deferred chain), and with the workload probe 0.99-1.00 and 0.89-1.00 in two
 more. The grid of other
-workloads: 9 of 12 cells within 0.90-1.10 (results/reference/accuracy-grid-2/). On 2-4
+workloads (scripts/accuracy-grid.tsv), at this model: 12 of 16 cells within 0.90-1.10, 3 of
+the 4 held out, the same cell moving by up to 0.22 between two runs on this VM; with
+PowerSGD the last bucket's chain still waits 3-14 ms longer than charged
+(results/reference/accuracy-grid-3/). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
 Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster
