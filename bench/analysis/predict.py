@@ -71,8 +71,8 @@ probes and the deferred chain), and with the workload probe 0.99-1.00 and 0.89-1
 more. The grid of other
 workloads (scripts/accuracy-grid.tsv), at this model: 12 of 16 cells within 0.90-1.10, 3 of
 the 4 held out, the same cell moving by up to 0.22 between two runs on this VM; with
-PowerSGD the last bucket's chain still waits 3-14 ms longer than charged
-(results/reference/accuracy-grid-3/). On 2-4
+PowerSGD the last bucket's chain is still charged wrong, 3-22 ms too little in five
+workloads and 14 ms too much in one (results/reference/accuracy-grid-3/). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
 Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster
