@@ -112,18 +112,21 @@ def analyse_grid(grid: list[accuracy_grid.Workload], out: Path,
     table; a workload that failed or has no records is named there, not left out."""
     measured = []
     for w in grid:
-        missing = failed.get(w.name)
+        # A failed measurement may still have recorded cells (bench matrix records a failed
+        # cell as a row and goes on): what it recorded is shown, with the failure beside.
+        missing = None
         rows: list[accuracy.Row] = []
-        if missing is None:
-            try:
-                mine = child(out, w.name, "name")   # a directory of its own, not a link out
-                rows = found_rows(w.links, mine)
-                _write(mine / "accuracy.md", accuracy.table(rows))
-            except ConfigError as error:   # not measured yet, or its files unreadable
-                missing = str(error)
+        try:
+            mine = child(out, w.name, "name")   # a directory of its own, not a link out
+            rows = found_rows(w.links, mine)
+            _write(mine / "accuracy.md", accuracy.table(rows))
+        except ConfigError as error:   # not measured yet, or its files unreadable
+            missing = str(error)
         if missing is None and not rows:
             missing = "no setup measured on 1 node and on N nodes"
-        measured.append(accuracy.Measured(w.name, w.label, w.held_out, tuple(rows), missing))
+        measured.append(accuracy.Measured(w.name, w.label, w.held_out, tuple(rows),
+                                          failed.get(w.name, missing) if not rows else None,
+                                          failed.get(w.name)))
     return accuracy.grid_table(measured)
 
 

@@ -193,7 +193,8 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
     grid = tmp_path / "grid.tsv"
     grid.write_text("first smallcnn 64 - 1gbit none,powersgd dev\n"
                     "broken mlp 8 64x2 5gbit none held-out\n"
-                    "last smallcnn 64 - 1gbit none,powersgd held-out\n")
+                    "last smallcnn 64 - 1gbit none,powersgd held-out\n"
+                    "partial smallcnn 64 - 1gbit none,powersgd held-out\n")
     script, measured = _script(), []
 
     def measure(link, out, nodes, flags):
@@ -203,6 +204,8 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
         _measured_copy(out / "copy")          # what a real run leaves, moved into place
         for item in (out / "copy").iterdir():
             item.rename(out / item.name)
+        if out.name == "partial":             # recorded its cells, then failed
+            raise subprocess.CalledProcessError(1, ["bench", "matrix"])
 
     monkeypatch.setattr(script, "measure", measure)
     monkeypatch.setattr(sys, "argv", ["prediction_accuracy.py", "--grid", str(grid),
@@ -210,7 +213,8 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
     assert script.main() == 1                 # a workload failed: not a clean run
     assert measured == [("first", "1gbit", "smallcnn", 64, "none,powersgd"),
                         ("broken", "5gbit", "mlp", 8, "none"),
-                        ("last", "1gbit", "smallcnn", 64, "none,powersgd")]
+                        ("last", "1gbit", "smallcnn", 64, "none,powersgd"),
+                        ("partial", "1gbit", "smallcnn", 64, "none,powersgd")]
     table = (tmp_path / "out" / "grid.md").read_text()
     printed = capsys.readouterr()
     assert table.split("\n", 1)[1].strip() in printed.out     # the table, printed too
@@ -220,14 +224,15 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
              if line.startswith("| ")]
     ours = [line for line in table.splitlines() if line.startswith("| smallcnn, batch 64")]
     # Each measured workload's every row, under its name and set; the failed one named.
-    assert [line.split(" | ", 3)[3] for line in ours] == cells * 2
+    assert [line.split(" | ", 3)[3] for line in ours] == cells * 3
     assert [line.split(" | ")[1] for line in ours] == ["dev"] * len(cells) \
-        + ["held out"] * len(cells)
+        + ["held out"] * 2 * len(cells)
     assert any(line.startswith("| mlp 64x2, batch 8 (`broken`) | held out | failed:")
                for line in table.splitlines())
     assert f"development set: {accuracy._tally(list(_rows(script, tmp_path, 'first')))}" \
         in table
-    assert "not in the table: broken" in table
+    assert "not in the table: broken (see" in table        # partial has its rows
+    assert "partial: its measurement failed: Command" in table
     # Each measured workload also has its own table, as a one-workload run writes it.
     assert expected in (tmp_path / "out" / "last" / "accuracy.md").read_text()
 

@@ -191,6 +191,7 @@ class Measured:
     held_out: bool
     rows: tuple[Row, ...] = ()
     missing: str | None = None     # why no row: not measured, or its files unreadable
+    failed: str | None = None      # its measurement failed (the rows are what it recorded)
 
 
 def grid_table(workloads: list[Measured]) -> str:
@@ -214,6 +215,10 @@ def grid_table(workloads: list[Measured]) -> str:
     missing = [w.name for w in workloads if w.missing]
     if missing:
         lines.append(f"not in the table: {', '.join(missing)} (see the row of each)")
+    for w in workloads:
+        if w.failed and w.rows:
+            why = w.failed.rstrip(".")
+            lines.append(f"{w.name}: its measurement {why}; its rows are the cells it recorded")
     return "\n".join(lines)
 
 
