@@ -17,7 +17,9 @@ the step then waits for (measured: sync_wire + sync_wait; predicted: exposed), a
 (measured: the optimizer; predicted: the one-node timeline's tail). The span that differs
 is where the model misses a cost. The measured spans are means over the timed steps
 (they add up to the mean step, which the run's samples/s comes from), the median over
-repeats.
+repeats. Last, the last bucket's sync after its hook handed it over (its collectives and,
+with PowerSGD, the chain of hook work between them), as each N-node repeat measured it,
+beside what the model charges for it.
 
 One table per comm hook: nodes, repeats, step ms, then each part's ms (the median over the
 cell's repeats of the mean over its ranks of the part's per-step median, ``p50``), and the
@@ -148,6 +150,55 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
         "no N-node cell with a one-node timeline and a sweep over as many nodes"
 
 
+def _last_chain_s(rec: dict) -> float | None:
+    """The N-node record's last bucket: from its hook's hand-over to its sync done (its
+    collectives and its hook's work after them, as rank 0's bucket timeline stamped it)."""
+    timeline = rec.get("bucket_timeline")
+    if not isinstance(timeline, dict):
+        return None
+    issued, done = timeline.get("issued_s"), timeline.get("done_s")
+    if not (isinstance(issued, list) and isinstance(done, list) and issued
+            and len(issued) == len(done)
+            and all(isinstance(t, (int, float)) for t in (issued[-1], done[-1]))):
+        return None
+    return max(0.0, done[-1] - issued[-1])
+
+
+def last_bucket(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: the last bucket's sync after its hand-over, measured in
+    each N-node repeat, beside what the model charges for it: its hook's collectives at
+    the sweep's time (calls per bucket, each of its share of the bytes, alone on the
+    link) plus the hook's own work as the one-node timeline measured it."""
+    lines = ["| hook | nodes | last bucket sends kB | charged: collectives + hook work = ms "
+             "| measured ms (each N-node repeat) |", "|---|---|---|---|---|"]
+    for key, repeats in single_node_repeats(records).items():
+        hook = key[-1]
+        timeline = Timeline.of(median_repeat(repeats))
+        if not timeline.sent_bytes:
+            continue
+        chosen = sweeps_for_hook(sweeps, hook)
+        by_nodes: dict[tuple[int, object], list[float]] = {}
+        for rec in record.training(records):
+            chain = _last_chain_s(rec) if rec.get("status") == "ok" else None
+            if chain is not None and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1:
+                rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
+                by_nodes.setdefault((int(rec["nnodes"]), rate), []).append(chain)
+        for (nodes, rate), chains in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
+            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes
+                    and ((s.get("env") or {}).get("link") or {}).get("rate_bps") == rate]
+            if not over:
+                continue
+            link = LinkRange.of_sweeps(over).point
+            calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[-1]
+            collectives = calls * link.allreduce_s(sent / calls, nodes)
+            work = timeline.hook_work(len(timeline.sent_bytes) - 1)
+            lines.append(f"| {hook} | {nodes} | {sent / 1e3:.1f} | {collectives * 1e3:.1f} + "
+                         f"{work * 1e3:.1f} = {(collectives + work) * 1e3:.1f} | "
+                         + ", ".join(f"{c * 1e3:.1f}" for c in chains) + " |")
+    return "\n".join(lines) if len(lines) > 2 else \
+        "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="step_parts", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
@@ -169,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     if sweeps is not None:
         print("\n## against the prediction (measured, predicted in brackets)\n")
         print(against_model(records, sweeps))
+        print("\n## the last bucket's sync after its hand-over (measured over N ranks, "
+              "and what the model charges)\n")
+        print(last_bucket(records, sweeps))
     return 0
 
 

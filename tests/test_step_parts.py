@@ -64,7 +64,7 @@ def test_each_n_node_cell_is_set_beside_the_prediction_span_by_span():
                            str(DEMO / "demo-run2-comm.jsonl")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.split("## against the prediction")[1]
+    table = proc.stdout.split("## against the prediction")[1].split("## the last bucket")[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in table.splitlines() if line.startswith("| none") or
             line.startswith("| powersgd")}
@@ -120,3 +120,48 @@ def test_a_link_from_file_without_a_sweep_is_one_line_and_exit_2():
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "--link-from=" in line and "no ok all-reduce record" in line
+
+
+GRID = REPO / "results" / "reference" / "accuracy-grid-3" / "mlp2048x2-b8-1gbit"
+
+
+def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
+    """Each N-node repeat's last bucket, from its hand-over to done (rank 0's timeline),
+    beside the hook's collectives at the sweep's time plus its one-node hook work; a record
+    whose timeline is torn or missing is left out, not read."""
+    from bench.analysis.predict import (
+        LinkRange,
+        median_repeat,
+        single_node_repeats,
+        sweeps_for_hook,
+    )
+    from bench.analysis.prediction import Timeline
+
+    records = record.load(GRID / "1gbit.jsonl")
+    two = [r for r in records if r.get("nnodes") == 2 and r.get("comm_hook") == "powersgd"]
+    torn = copy.deepcopy(two[0])
+    torn["bucket_timeline"]["done_s"] = torn["bucket_timeline"]["done_s"][:-1]
+    bare = {k: v for k, v in two[0].items() if k != "bucket_timeline"}
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [*records, torn, bare]))
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results),
+                           "--link-from", str(GRID / "1gbit-comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("## the last bucket's sync")[1]
+    (row,) = [line for line in table.splitlines() if line.startswith("| powersgd | 2 |")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    chains = [(r["bucket_timeline"]["done_s"][-1] - r["bucket_timeline"]["issued_s"][-1])
+              for r in two]
+    assert cells[4] == ", ".join(f"{c * 1e3:.1f}" for c in chains)   # torn and bare: out
+    (repeats,) = [recs for key, recs in single_node_repeats(records).items()
+                  if key[-1] == "powersgd"]
+    timeline = Timeline.of(median_repeat(repeats))
+    link = LinkRange.of_sweeps([s for s in sweeps_for_hook(record.link_sweeps(
+        record.load(GRID / "1gbit-comm.jsonl")), "powersgd") if s.get("nnodes") == 2]).point
+    sent = timeline.sent_bytes[-1]
+    collectives = 3 * link.allreduce_s(sent / 3, 2)
+    work = timeline.hook_work(len(timeline.sent_bytes) - 1)
+    assert timeline.calls_per_bucket == 3 and cells[2] == f"{sent / 1e3:.1f}"
+    assert cells[3] == (f"{collectives * 1e3:.1f} + {work * 1e3:.1f} = "
+                        f"{(collectives + work) * 1e3:.1f}")
