@@ -29,9 +29,8 @@ FIELDS = ("name", "model", "batch", "shape", "links", "hooks", "set")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _MLP_SHAPE = re.compile(r"([1-9][0-9]{0,6})x([1-9][0-9]{0,4})")
 _SIDE = re.compile(r"[1-9][0-9]{0,4}")
-# The trainer's settings a field of the grid becomes (ModelConfig names them its own way).
-_FIELD_OF = (("image", "shape"), ("mlp", "shape"), ("model", "model"), ("batch", "batch"),
-             ("links", "links"), ("hooks", "hooks"))
+# The grid's field for a setting ModelConfig names its own way (--image-size, --mlp-width...).
+_FIELD_OF = (("image", "shape"), ("mlp", "shape"), ("model", "model"))
 # A grid file is a short list written by hand: anything larger is not one.
 MAX_BYTES = 1 << 20
 

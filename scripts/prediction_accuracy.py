@@ -212,16 +212,21 @@ def run_grid(grid: list[accuracy_grid.Workload], nodes: list[int],
 def main() -> int:
     p = OneLineErrorParser(description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--links", default=None, help="link rates (default: 1gbit,5gbit)")
+    p.add_argument("--links", default=None,
+                   help=f"link rates (default: {WORKLOAD_DEFAULTS['links']})")
     p.add_argument("--nodes", default="2,3,4", help="node counts to measure (from 2)")
     p.add_argument("--hooks", default=None, help="comm hooks (default: every one)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--model", default=None, help="the workload (default: the MLP)")
+    p.add_argument("--model", default=None,
+                   help=f"the workload (default: {WORKLOAD_DEFAULTS['model']})")
     p.add_argument("--image-size", type=int, default=None,
                    help="input side in pixels (default: the model's own)")
-    p.add_argument("--batch-size", type=int, default=None, help="(default: 16)")
-    p.add_argument("--mlp-width", type=int, default=None, help="(default: 1024)")
-    p.add_argument("--mlp-depth", type=int, default=None, help="(default: 4)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"(default: {WORKLOAD_DEFAULTS['batch_size']})")
+    p.add_argument("--mlp-width", type=int, default=None,
+                   help=f"(default: {WORKLOAD_DEFAULTS['mlp_width']})")
+    p.add_argument("--mlp-depth", type=int, default=None,
+                   help=f"(default: {WORKLOAD_DEFAULTS['mlp_depth']})")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "

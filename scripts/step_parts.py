@@ -109,6 +109,18 @@ def _span(cell: dict[str, float], names: tuple[str, ...]) -> float:
     return sum(cell.get(name, 0.0) for name in names)
 
 
+def _rate(rec: dict) -> object:
+    """The link rate a record (a cell or a sweep) ran on, as its env says."""
+    return ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
+
+
+def _sweeps_over(sweeps: list[dict], nodes: int, rate: object) -> list[dict]:
+    """The sweeps over ``nodes`` ranks on that link rate: what bench predict sets a cell
+    beside."""
+    return [s for s in sweeps if (s.get("nnodes") or s.get("world_size")) == nodes
+            and _rate(s) == rate]
+
+
 def against_model(records: list[dict], sweeps: list[dict]) -> str:
     """Per setup and node count: the measured spans of the step (medians over repeats)
     beside the prediction's, from the setup's one-node repeats and the sweeps."""
@@ -118,8 +130,8 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
         parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
         # As bench predict compares: even nodes, on the link rate the sweeps measured.
         if parts and (rec.get("nnodes") or 1) > 1 and not Topology.of_record(rec).uneven:
-            rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
-            measured.setdefault((setup_key(rec), int(rec["nnodes"]), rate), []).append(parts)
+            measured.setdefault((setup_key(rec), int(rec["nnodes"]), _rate(rec)),
+                                []).append(parts)
     lines = ["| hook | nodes | until backward ends ms (predicted) | sync waited ms (predicted) "
              "| rest ms (predicted) | step ms (predicted) | measured / predicted samples/s |",
              "|---|---|---|---|---|---|---|"]
@@ -130,8 +142,7 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
         for (other, nodes, rate), cells in sorted(measured.items(), key=lambda kv: kv[0][1]):
             if other != key:
                 continue
-            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes
-                    and ((s.get("env") or {}).get("link") or {}).get("rate_bps") == rate]
+            over = _sweeps_over(chosen, nodes, rate)
             if not over:
                 continue
             link = LinkRange.of_sweeps(over).point
@@ -181,11 +192,9 @@ def last_bucket(records: list[dict], sweeps: list[dict]) -> str:
         for rec in record.training(records):
             chain = _last_chain_s(rec) if rec.get("status") == "ok" else None
             if chain is not None and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1:
-                rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
-                by_nodes.setdefault((int(rec["nnodes"]), rate), []).append(chain)
+                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(chain)
         for (nodes, rate), chains in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
-            over = [s for s in chosen if (s.get("nnodes") or s.get("world_size")) == nodes
-                    and ((s.get("env") or {}).get("link") or {}).get("rate_bps") == rate]
+            over = _sweeps_over(chosen, nodes, rate)
             if not over:
                 continue
             link = LinkRange.of_sweeps(over).point
