@@ -247,6 +247,9 @@ def main() -> int:
             if a.analyse_only and not a.out.is_dir():
                 raise ConfigError("--out", a.out, "holds no grid run: measure it first "
                                   "(drop --analyse-only)")
+        if a.out.exists() and not a.out.is_dir():
+            raise ConfigError("--out", a.out, "is a file, not a directory: give a directory "
+                              "(it is created where missing)")
     except ConfigError as error:  # one line naming the setting, before anything is written
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2

@@ -165,6 +165,17 @@ def test_the_script_refuses_a_bad_grid_run_in_one_line_and_writes_nothing(tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args", [["--grid", str(SHIPPED)], ["--links", "1gbit"]])
+def test_an_out_that_is_a_file_is_one_line_and_left_as_it_was(tmp_path, args):
+    out = tmp_path / "out"
+    out.write_text("mine\n")
+    proc = _run("--out", str(out), *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and "not a directory" in lines[0], lines
+    assert out.read_text() == "mine\n"
+
+
 def test_a_bad_line_of_a_grid_file_stops_the_run_before_anything(tmp_path):
     grid = tmp_path / "grid.tsv"
     grid.write_text("a smallcnn 8 - 1gbit none dev\nb smallcnn 8 - 1gbit none,zip dev\n")
