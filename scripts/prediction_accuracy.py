@@ -36,7 +36,9 @@ runs a part of the grid, and ``--analyse-only`` rebuilds the tables from what is
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +49,7 @@ sys.path.insert(0, str(REPO))
 from bench import accuracy_grid, record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
-from bench.options import ConfigError, require_range  # noqa: E402
+from bench.options import ConfigError, finite_float, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, child, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
 from bench.units import parse_rate, parse_size  # noqa: E402
@@ -78,11 +80,50 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
               "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
+    steps, why = timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"), a)
+    print(f"timing {steps} steps a cell: {why}", flush=True)
     _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
-          "--steps", str(a.steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
+          "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
           *shape, "--log-every", "0"])
+
+
+# The most steps a cell may time (--steps' own bound).
+MAX_STEPS = 100_000
+
+
+def timed_steps(sweeps: list[dict], a: argparse.Namespace) -> tuple[int, str]:
+    """How many steps each training cell times, and why: ``--steps``, or more where the
+    workload's step is so short that they would last under ``--min-timed-s``.
+
+    The step is the one the sweeps' lockstep probe just measured for this workload on these
+    hosts (``lockstep_workload.compute_s``: forward, backward and the optimizer on one
+    rank; the median over the sweeps), so the count is known before any cell runs. A
+    window of 20 steps of the MLP 512x8 at batch 64 lasted 0.4-1.2 s, and its three 2-node
+    repeats read 1824-2989 samples/s without a hook and 2086-2264 with PowerSGD, against
+    a prediction 1.3 times that; at 200 steps they read 2339-2540 and 2711-2913, 0.94 and
+    0.97 of the prediction (results/reference/accuracy-timed-window/)."""
+    if a.min_timed_s == 0:
+        return a.steps, "--steps (--min-timed-s 0)"
+    shape = {"model": a.model, "batch_size": a.batch_size}
+    if a.model == "mlp":
+        shape |= {"mlp_width": a.mlp_width, "mlp_depth": a.mlp_depth}
+    steps = [probe["compute_s"] for sweep in sweeps
+             if isinstance(probe := sweep.get("lockstep_workload"), dict)
+             and all(probe.get(key) == value for key, value in shape.items())
+             and isinstance(probe.get("compute_s"), (int, float))
+             and math.isfinite(probe["compute_s"]) and probe["compute_s"] > 0]
+    if not steps:
+        return a.steps, "--steps (no sweep timed this workload's step to size the window by)"
+    step_s = statistics.median(steps)
+    wanted = min(MAX_STEPS, math.ceil(a.min_timed_s / step_s))
+    if wanted <= a.steps:
+        return a.steps, (f"--steps; at {step_s * 1e3:.1f} ms a step (the sweeps' probe of "
+                         f"this workload) they last {a.steps * step_s:.1f} s or more")
+    return wanted, (f"{a.steps} steps (--steps) of {step_s * 1e3:.1f} ms (the sweeps' probe "
+                    f"of this workload) would last {a.steps * step_s:.2f} s: {wanted} last "
+                    f"--min-timed-s {a.min_timed_s:g} s on one node")
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:
@@ -145,8 +186,9 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
                           "sweep is the one a two-node lab has), e.g. 2,3,4")
     for flag, value, high in (("repeats", a.repeats, 100), ("batch_size", a.batch_size, 4096),
                               ("mlp_width", a.mlp_width, 65536), ("mlp_depth", a.mlp_depth, 64),
-                              ("steps", a.steps, 100_000)):
+                              ("steps", a.steps, MAX_STEPS)):
         require_range(value, flag, 1, high)
+    require_range(a.min_timed_s, "min_timed_s", 0, 3600)
     parse_size(a.max_size, "--max-size")
     # The trainer's own checks (a known model, a resnet at 32 px or more...), before any
     # sweep runs.
@@ -227,7 +269,12 @@ def main() -> int:
                    help=f"(default: {WORKLOAD_DEFAULTS['mlp_width']})")
     p.add_argument("--mlp-depth", type=int, default=None,
                    help=f"(default: {WORKLOAD_DEFAULTS['mlp_depth']})")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=20,
+                   help="the fewest steps a cell times (default: 20)")
+    p.add_argument("--min-timed-s", type=finite_float, default=5.0,
+                   help="time more steps than --steps where they would last less than this "
+                   "many seconds on one node, at the step the sweeps' probe measured for the "
+                   "workload (default: 5; 0: --steps alone)")
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
