@@ -24,7 +24,7 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
-  LINKS N_CLEAN N_SLOW GRID WORKLOADS
+  LINKS N_CLEAN N_SLOW GRID WORKLOADS MIN_TIMED_S
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
@@ -478,6 +478,7 @@ bench-emulated: MODEL ?= resnet18
 bench-emulated: BATCH_SIZES ?= 16
 bench-emulated: COMM_HOOKS ?= none,powersgd
 bench-emulated: STEPS ?= 20
+bench-emulated: MIN_TIMED_S ?= 5
 bench-emulated: REPEATS ?= 3
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
 bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
@@ -485,14 +486,18 @@ bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
 emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
-bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix, prediction
+bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix (each cell STEPS or MIN_TIMED_S seconds of steps, the more), prediction
+	$(PY) -m bench.host.timed_window --check-only --model "$$MK_MODEL" \
+	  --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --steps "$$MK_STEPS" --min-timed-s "$$MK_MIN_TIMED_S"
 	$(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
 	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 --beside-compute --lockstep \
 	  --lockstep-model "$$MK_MODEL" --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32
-	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
+	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, each cell timed for STEPS or at least MIN_TIMED_S seconds of steps (at the step the sweep's probe just timed), and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
+	steps=$$($(PY) -m bench.host.timed_window $(emulated_comm) --model "$$MK_MODEL" \
+	  --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --steps "$$MK_STEPS" --min-timed-s "$$MK_MIN_TIMED_S") && \
 	$(PY) -m bench matrix --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
 	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \
-	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$MK_STEPS" --warmup-steps 10 \
+	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$steps" --warmup-steps 10 \
 	  --powersgd-warmup 5 --image-size 32 --log-every 0
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
 	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \
@@ -515,7 +520,8 @@ bench-accuracy: COMM_HOOKS ?= none,fp16,bf16,powersgd
 bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
 bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~50 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
-	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS"
+	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" \
+	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
 
 # The grid of issue 29: workloads unlike the reference, from compute-bound to link-bound,
 # each on the links and hooks its line names (GRID: scripts/accuracy-grid.tsv), into
@@ -525,7 +531,8 @@ bench-accuracy-grid: NODES ?= 2
 bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
 bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS; root, ~55 min
 	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
-	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"}
+	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"} \
+	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
 
 # Straggler detection (issue 26): the same 4-host job clean, and with host 2 slowed by a
 # CPU quota (25%, 10%) or its link at a tenth, interleaved; what each record named, tallied

@@ -36,9 +36,7 @@ runs a part of the grid, and ``--analyse-only`` rebuilds the tables from what is
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from bench import accuracy_grid, record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
+from bench.host import timed_window  # noqa: E402
 from bench.options import ConfigError, finite_float, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, child, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
@@ -80,7 +79,12 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
               "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
               "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
-    steps, why = timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"), a)
+    # Long enough to measure: the sweeps' probe just timed the workload's step.
+    shape_of = {"model": a.model, "batch_size": a.batch_size}
+    if a.model == "mlp":
+        shape_of |= {"mlp_width": a.mlp_width, "mlp_depth": a.mlp_depth}
+    steps, why = timed_window.timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"),
+                                          shape_of, a.steps, a.min_timed_s)
     print(f"timing {steps} steps a cell: {why}", flush=True)
     _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
@@ -88,42 +92,6 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
           "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
           *shape, "--log-every", "0"])
 
-
-# The most steps a cell may time (--steps' own bound).
-MAX_STEPS = 100_000
-
-
-def timed_steps(sweeps: list[dict], a: argparse.Namespace) -> tuple[int, str]:
-    """How many steps each training cell times, and why: ``--steps``, or more where the
-    workload's step is so short that they would last under ``--min-timed-s``.
-
-    The step is the one the sweeps' lockstep probe just measured for this workload on these
-    hosts (``lockstep_workload.compute_s``: forward, backward and the optimizer on one
-    rank; the median over the sweeps), so the count is known before any cell runs. A
-    window of 20 steps of the MLP 512x8 at batch 64 lasted 0.4-1.2 s, and its three 2-node
-    repeats read 1824-2989 samples/s without a hook and 2086-2264 with PowerSGD, against
-    a prediction 1.3 times that; at 200 steps they read 2339-2540 and 2711-2913, 0.94 and
-    0.97 of the prediction (results/reference/accuracy-timed-window/)."""
-    if a.min_timed_s == 0:
-        return a.steps, "--steps (--min-timed-s 0)"
-    shape = {"model": a.model, "batch_size": a.batch_size}
-    if a.model == "mlp":
-        shape |= {"mlp_width": a.mlp_width, "mlp_depth": a.mlp_depth}
-    steps = [probe["compute_s"] for sweep in sweeps
-             if isinstance(probe := sweep.get("lockstep_workload"), dict)
-             and all(probe.get(key) == value for key, value in shape.items())
-             and isinstance(probe.get("compute_s"), (int, float))
-             and math.isfinite(probe["compute_s"]) and probe["compute_s"] > 0]
-    if not steps:
-        return a.steps, "--steps (no sweep timed this workload's step to size the window by)"
-    step_s = statistics.median(steps)
-    wanted = min(MAX_STEPS, math.ceil(a.min_timed_s / step_s))
-    if wanted <= a.steps:
-        return a.steps, (f"--steps; at {step_s * 1e3:.1f} ms a step (the sweeps' probe of "
-                         f"this workload) they last {a.steps * step_s:.1f} s or more")
-    return wanted, (f"{a.steps} steps (--steps) of {step_s * 1e3:.1f} ms (the sweeps' probe "
-                    f"of this workload) would last {a.steps * step_s:.2f} s: {wanted} last "
-                    f"--min-timed-s {a.min_timed_s:g} s on one node")
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:
@@ -185,10 +153,9 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
         raise ConfigError("--nodes", a.nodes, "node counts from 2, and 2 among them (its "
                           "sweep is the one a two-node lab has), e.g. 2,3,4")
     for flag, value, high in (("repeats", a.repeats, 100), ("batch_size", a.batch_size, 4096),
-                              ("mlp_width", a.mlp_width, 65536), ("mlp_depth", a.mlp_depth, 64),
-                              ("steps", a.steps, MAX_STEPS)):
+                              ("mlp_width", a.mlp_width, 65536), ("mlp_depth", a.mlp_depth, 64)):
         require_range(value, flag, 1, high)
-    require_range(a.min_timed_s, "min_timed_s", 0, 3600)
+    timed_window.check(a.steps, a.min_timed_s)
     parse_size(a.max_size, "--max-size")
     # The trainer's own checks (a known model, a resnet at 32 px or more...), before any
     # sweep runs.

@@ -241,6 +241,43 @@ def test_bench_accuracy_grid_passes_each_setting_whole(fake_venv, marker):
             == workloads
 
 
+def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv, marker,
+                                                                       tmp_path):
+    hostile = HOSTILE.format(m=marker)
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}", f"STEPS={hostile}",
+                    f"MIN_TIMED_S={hostile}", "BATCH_SIZES=8,16", "MODEL=smallcnn",
+                    f"RESULTS={tmp_path}/emulated.jsonl")
+    calls = fake_venv.calls()
+    (check, window) = [c[2:] for c in calls if c[:2] == ["-m", "bench.host.timed_window"]]
+    assert check[0] == "--check-only" and calls[0][2:] == check    # before the sweep runs
+    assert check[check.index("--min-timed-s") + 1] == hostile
+    assert window[0] == f"{tmp_path}/emulated-comm.jsonl", window       # the sweep just run
+    assert [window[window.index(flag) + 1] for flag in
+            ("--model", "--batch-size", "--steps", "--min-timed-s")] == \
+        ["smallcnn", "8", hostile, hostile]                              # each whole
+    # The sweep first, then the window, then the cells (with the count it printed: none
+    # here, as this python prints nothing).
+    order = [c[:3] for c in calls if c[:2] in (["-m", "bench"], ["-m", "bench.host.timed_window"])]
+    assert order.index(["-m", "bench.host.timed_window", window[0]]) == 2, (proc.stderr, order)
+    (runs,) = [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
+    assert runs[runs.index("--steps") + 1] == ""
+    assert "MIN_TIMED_S seconds of steps" in proc.stderr
+
+
+@pytest.mark.parametrize("target", ["bench-accuracy", "bench-accuracy-grid"])
+def test_the_accuracy_targets_pass_min_timed_s_whole_or_leave_the_default(target, fake_venv,
+                                                                          marker):
+    hostile = HOSTILE.format(m=marker)
+    for extra, given in (([f"MIN_TIMED_S={hostile}"], hostile), ([], None)):
+        before = len(fake_venv.calls())
+        proc = run_make(target, f"VENV={fake_venv.path}", "RESULTS=out/a b", *extra)
+        assert proc.returncode == 0, proc.stderr
+        (argv,) = [c for c in fake_venv.calls()[before:]
+                   if c[0] == "scripts/prediction_accuracy.py"]
+        assert (argv[argv.index("--min-timed-s") + 1] if "--min-timed-s" in argv else None) \
+            == given
+
+
 # --- RESULTS defaults to the newest results file ----------------------------------------------
 @pytest.fixture
 def checkout(tmp_path):
