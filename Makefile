@@ -478,23 +478,24 @@ bench-emulated: MODEL ?= resnet18
 bench-emulated: BATCH_SIZES ?= 16
 bench-emulated: COMM_HOOKS ?= none,powersgd
 bench-emulated: STEPS ?= 20
-bench-emulated: MIN_TIMED_S ?= 5
 bench-emulated: REPEATS ?= 3
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
 bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
 # The sweep's file beside RESULTS: x.jsonl -> x-comm.jsonl.
 emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
+# The workload whose step sizes the cells' window (as the sweep's probe ran it), and the rule.
+emulated_window = --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --image-size 32 \
+  --steps "$$MK_STEPS" $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
-bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix (each cell STEPS or MIN_TIMED_S seconds of steps, the more), prediction
-	$(PY) -m bench.host.timed_window --check-only --model "$$MK_MODEL" \
-	  --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --steps "$$MK_STEPS" --min-timed-s "$$MK_MIN_TIMED_S"
+bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): sweep, matrix (each cell STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction
+	$(PY) -m bench.host.timed_window --check-only --model "$$MK_MODEL" $(emulated_window)
 	$(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
 	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 --beside-compute --lockstep \
 	  --lockstep-model "$$MK_MODEL" --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32
-	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, each cell timed for STEPS or at least MIN_TIMED_S seconds of steps (at the step the sweep's probe just timed), and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
+	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the sweep's probe just timed (at the first of BATCH_SIZES), and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
 	steps=$$($(PY) -m bench.host.timed_window $(emulated_comm) --model "$$MK_MODEL" \
-	  --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --steps "$$MK_STEPS" --min-timed-s "$$MK_MIN_TIMED_S") && \
+	  $(emulated_window)) && \
 	$(PY) -m bench matrix --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
 	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \
 	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$steps" --warmup-steps 10 \
@@ -518,7 +519,7 @@ bench-accuracy: LINKS ?= 1gbit,5gbit
 bench-accuracy: NODES ?= 2,3,4
 bench-accuracy: COMM_HOOKS ?= none,fp16,bf16,powersgd
 bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
-bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook; root, ~50 min
+bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook, each cell at least MIN_TIMED_S (5) seconds; root, ~70 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" \
 	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
@@ -529,7 +530,7 @@ bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at
 bench-accuracy-grid: GRID ?= scripts/accuracy-grid.tsv
 bench-accuracy-grid: NODES ?= 2
 bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
-bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS; root, ~55 min
+bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (5) seconds; root, ~55 min
 	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
 	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"} \
 	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}

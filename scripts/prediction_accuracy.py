@@ -14,7 +14,11 @@ from backward, and the ranks in lockstep, how long each sync waits for the slowe
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
 the records: measured / predicted per hook and node count, written to accuracy.md. Both
 matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's
-drift over the run reaches the one-node and the N-node cells alike.
+drift over the run reaches the one-node and the N-node cells alike. Each cell times
+``--steps`` steps, or the fewest that last ``--min-timed-s`` (5) seconds on one node at the
+step the sweeps' probe just timed for the workload, where that is more
+(bench/host/timed_window.py: 20 steps of a 24 ms step were too short to measure). The runs
+before 2026-11-27 timed ``--steps`` alone, as ``--min-timed-s 0`` does.
 
 The default workload is communication-bound on purpose: the deep & wide MLP at a small batch
 sends its 16 MB of gradients every step, so the link, not the CPUs, sets the step. The
@@ -80,18 +84,16 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
               "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
     # Long enough to measure: the sweeps' probe just timed the workload's step.
-    shape_of = {"model": a.model, "batch_size": a.batch_size}
-    if a.model == "mlp":
-        shape_of |= {"mlp_width": a.mlp_width, "mlp_depth": a.mlp_depth}
+    probed = timed_window.workload(a.model, a.batch_size, a.mlp_width, a.mlp_depth,
+                                   a.image_size)
     steps, why = timed_window.timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"),
-                                          shape_of, a.steps, a.min_timed_s)
+                                          probed, a.steps, a.min_timed_s)
     print(f"timing {steps} steps a cell: {why}", flush=True)
     _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
           "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
           *shape, "--log-every", "0"])
-
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:
@@ -238,10 +240,12 @@ def main() -> int:
                    help=f"(default: {WORKLOAD_DEFAULTS['mlp_depth']})")
     p.add_argument("--steps", type=int, default=20,
                    help="the fewest steps a cell times (default: 20)")
-    p.add_argument("--min-timed-s", type=finite_float, default=5.0,
+    p.add_argument("--min-timed-s", type=finite_float,
+                   default=timed_window.DEFAULT_MIN_TIMED_S,
                    help="time more steps than --steps where they would last less than this "
                    "many seconds on one node, at the step the sweeps' probe measured for the "
-                   "workload (default: 5; 0: --steps alone)")
+                   f"workload (default: {timed_window.DEFAULT_MIN_TIMED_S:g}; 0: --steps "
+                   "alone, as the runs before 2026-11-27 did)")
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")

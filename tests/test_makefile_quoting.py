@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO, error_lines, run_make
+from conftest import REPO, FakeVenv, error_lines, run_make
 
 FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
 RUNS = REPO / "results" / "reference" / "emulated-cpu" / "1gbit.jsonl"  # 1-node runs
@@ -241,27 +241,49 @@ def test_bench_accuracy_grid_passes_each_setting_whole(fake_venv, marker):
             == workloads
 
 
+def _window_prints(fake_venv: FakeVenv, output: str, code: int) -> None:
+    """The fake python, but ``-m bench.host.timed_window SWEEPS`` prints ``output`` and exits
+    ``code`` (its --check-only passes), as the real one does with a count or an error."""
+    python = fake_venv.path / "bin" / "python"
+    lines = python.read_text().splitlines()
+    lines[1] = lines[1].replace("exec ", "", 1)
+    python.write_text("\n".join([*lines, 'case "$2 $3" in "bench.host.timed_window --check-only")'
+                                 ' exit 0;; "bench.host.timed_window "*) '
+                                 f'echo {output}; exit {code};; esac', ""]))
+
+
 def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv, marker,
                                                                        tmp_path):
     hostile = HOSTILE.format(m=marker)
+    _window_prints(fake_venv, "81", 0)
     proc = run_make("bench-emulated", f"VENV={fake_venv.path}", f"STEPS={hostile}",
                     f"MIN_TIMED_S={hostile}", "BATCH_SIZES=8,16", "MODEL=smallcnn",
                     f"RESULTS={tmp_path}/emulated.jsonl")
     calls = fake_venv.calls()
     (check, window) = [c[2:] for c in calls if c[:2] == ["-m", "bench.host.timed_window"]]
     assert check[0] == "--check-only" and calls[0][2:] == check    # before the sweep runs
-    assert check[check.index("--min-timed-s") + 1] == hostile
     assert window[0] == f"{tmp_path}/emulated-comm.jsonl", window       # the sweep just run
-    assert [window[window.index(flag) + 1] for flag in
-            ("--model", "--batch-size", "--steps", "--min-timed-s")] == \
-        ["smallcnn", "8", hostile, hostile]                              # each whole
-    # The sweep first, then the window, then the cells (with the count it printed: none
-    # here, as this python prints nothing).
+    for argv in (check, window):                                        # each value whole
+        assert [argv[argv.index(flag) + 1] for flag in
+                ("--model", "--batch-size", "--image-size", "--steps", "--min-timed-s")] == \
+            ["smallcnn", "8", "32", hostile, hostile]
+    # The sweep, then the window, then the cells with the count it printed.
     order = [c[:3] for c in calls if c[:2] in (["-m", "bench"], ["-m", "bench.host.timed_window"])]
     assert order.index(["-m", "bench.host.timed_window", window[0]]) == 2, (proc.stderr, order)
     (runs,) = [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
-    assert runs[runs.index("--steps") + 1] == ""
-    assert "MIN_TIMED_S seconds of steps" in proc.stderr
+    assert runs[runs.index("--steps") + 1] == "81"
+    assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
+
+
+def test_bench_emulated_runs_no_cell_when_the_window_fails(fake_venv, tmp_path):
+    _window_prints(fake_venv, "", 2)
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}",
+                    f"RESULTS={tmp_path}/emulated.jsonl")
+    assert proc.returncode != 0
+    assert not [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
+    (window,) = [c for c in fake_venv.calls() if c[:2] == ["-m", "bench.host.timed_window"]
+                 and "--check-only" not in c]
+    assert "--min-timed-s" not in window      # not given: the module's own default
 
 
 @pytest.mark.parametrize("target", ["bench-accuracy", "bench-accuracy-grid"])

@@ -8,6 +8,7 @@ import copy
 import importlib.util
 import json
 import math
+import statistics
 import subprocess
 import sys
 
@@ -43,6 +44,10 @@ def test_a_short_step_is_timed_for_at_least_min_timed_s():
     assert "24.0 ms" in why and "--min-timed-s 5" in why
 
 
+def test_an_even_count_of_probes_takes_the_middle_two():
+    assert timed_steps(_sweeps(0.010, 0.030), SMALLCNN, 20, 5.0)[0] == 250   # 20 ms
+
+
 def test_a_long_step_keeps_steps_as_given():
     steps, why = timed_steps(_sweeps(0.4, 0.6, 0.5), SMALLCNN, 20, 5.0)
     assert steps == 20 and why.startswith("--steps; at 500.0 ms") and "10.0 s" in why
@@ -66,15 +71,37 @@ def test_the_probe_of_another_workload_or_none_leaves_steps_as_given():
     assert timed_steps(_sweeps(0.001), SMALLCNN, 20, 0) == (20, "--steps (--min-timed-s 0)")
 
 
-@given(st.lists(st.floats(1e-9, 1e4), min_size=1, max_size=5), st.integers(1, 100_000),
+# Steps from 0.1 ms to 10 s, the range where the window, not a bound, decides.
+@given(st.lists(st.floats(1e-4, 10), min_size=1, max_size=6), st.integers(1, 1000),
        st.floats(0.001, 3600))
-def test_the_steps_are_at_least_steps_and_last_min_timed_s_unless_capped(steps_s, steps,
-                                                                        min_timed_s):
+def test_the_steps_are_the_fewest_that_last_min_timed_s_and_at_least_steps(steps_s, steps,
+                                                                          min_timed_s):
     chosen, why = timed_steps(_sweeps(*steps_s), SMALLCNN, steps, min_timed_s)
-    median = sorted(steps_s)[len(steps_s) // 2] if len(steps_s) % 2 else None
+    median = statistics.median(steps_s)
     assert steps <= chosen <= max(steps, timed_window.MAX_STEPS) and why
-    if median is not None and chosen < timed_window.MAX_STEPS:
+    if chosen < timed_window.MAX_STEPS:
         assert chosen * median >= min_timed_s * (1 - 1e-9)
+    # The fewest: one step less would not last long enough, or --steps asked for as many.
+    assert chosen == steps or (chosen - 1) * median < min_timed_s * (1 + 1e-9)
+
+
+def test_a_window_past_the_most_steps_says_how_long_those_last():
+    steps, why = timed_steps(_sweeps(0.001), SMALLCNN, 20, 3600)
+    assert steps == timed_window.MAX_STEPS
+    assert "100,000 steps a cell may time, which last 100.0 s" in why
+
+
+def test_one_workload_key_for_every_caller():
+    assert timed_window.workload("smallcnn", 64, 1024, 4) == \
+        {"model": "smallcnn", "batch_size": 64, "image_size": None}     # no MLP fields
+    assert timed_window.workload("mlp", 8, 512, 8, 28) == \
+        {"model": "mlp", "batch_size": 8, "image_size": 28, "mlp_width": 512, "mlp_depth": 8}
+    # The probe ran smallcnn at 28 px: another size is another workload.
+    sweeps = list(record.load(SWEEPS, "sweeps"))
+    assert timed_steps(sweeps, timed_window.workload("smallcnn", 64, image_size=28), 20,
+                       5.0)[0] == 81
+    assert timed_steps(sweeps, timed_window.workload("smallcnn", 64, image_size=32), 20,
+                       5.0)[0] == 20
 
 
 def _script():
@@ -136,6 +163,7 @@ def test_the_command_prints_the_count_alone_and_why_on_stderr():
     (["--min-timed-s", "nan"], "--min-timed-s"), (["--min-timed-s", "-0.5"], "--min-timed-s"),
     (["--batch-size", "x"], "--batch-size"), (["--batch-size", "0"], "--batch-size"),
     (["--mlp-width", "-3"], "--mlp-width"), (["--model", "vgg99"], "--model"),
+    (["--image-size", "4"], "--image-size"),
 ])
 def test_the_command_refuses_a_bad_value_in_one_line(args, setting):
     proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", *args)
@@ -156,5 +184,8 @@ def test_check_only_checks_the_values_without_a_sweeps_file():
     bad = _cli("--check-only", "--model", "resnet18", "--batch-size", "16", "--min-timed-s",
                "1e9")
     assert bad.returncode == 2 and "--min-timed-s" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    both = _cli("--check-only", str(SWEEPS), "--model", "resnet18", "--batch-size", "16")
+    assert both.returncode == 2 and "--check-only reads no sweeps" in both.stderr
     none = _cli("--model", "resnet18", "--batch-size", "16")
     assert none.returncode == 2 and "SWEEPS" in none.stderr and none.stdout == ""

@@ -3,7 +3,7 @@
 
   python -m bench.host.timed_window SWEEPS.jsonl --model resnet18 --batch-size 16 \\
       --steps 20 --min-timed-s 5         (prints the count; why, on stderr)
-  python -m bench.host.timed_window --check-only --model resnet18 --batch-size 16 \
+  python -m bench.host.timed_window --check-only --model resnet18 --batch-size 16 \\
       --steps 20 --min-timed-s 5         (exit 2 with one line on a bad value; before a sweep)
 
 A window of 20 steps of the MLP 512x8 at batch 64 lasted 0.9-1.2 s on two emulated hosts;
@@ -29,40 +29,57 @@ from bench.options import ConfigError, finite_float, require_range
 
 # The most steps a cell may time.
 MAX_STEPS = 100_000
-# The longest window asked for: an hour a cell is a typo, not a plan.
+# The shortest window on one node, by default; the longest one may ask for (an hour a cell
+# is a typo, not a plan).
+DEFAULT_MIN_TIMED_S = 5.0
 MAX_MIN_TIMED_S = 3600
 
 
-def probed_step_s(sweeps: list[dict], workload: dict) -> float | None:
-    """The median step the sweeps' lockstep probes timed for ``workload`` (the probe's
-    fields: model, batch_size, and for the MLP its width and depth; a value None is not
-    compared), or None where none did."""
+def workload(model: str, batch_size: int, mlp_width: int | None = None,
+             mlp_depth: int | None = None, image_size: int | None = None) -> dict:
+    """The lockstep probe's fields that name ``model`` at ``batch_size``: the MLP's width and
+    depth for the MLP alone (other models' probes record None), the image size where given
+    (None: whatever the probe ran at)."""
+    found: dict = {"model": model, "batch_size": batch_size, "image_size": image_size}
+    if model == "mlp":
+        found |= {"mlp_width": mlp_width, "mlp_depth": mlp_depth}
+    return found
+
+
+def probed_step_s(sweeps: list[dict], shape: dict) -> float | None:
+    """The median step the sweeps' lockstep probes timed for the workload ``shape`` names
+    (``workload()``; a value None is not compared), or None where none did."""
     steps = [probe["compute_s"] for sweep in sweeps
              if isinstance(probe := sweep.get("lockstep_workload"), dict)
              and all(value is None or probe.get(key) == value
-                     for key, value in workload.items())
+                     for key, value in shape.items())
              and isinstance(probe.get("compute_s"), (int, float))
              and not isinstance(probe["compute_s"], bool)
              and math.isfinite(probe["compute_s"]) and probe["compute_s"] > 0]
     return statistics.median(steps) if steps else None
 
 
-def timed_steps(sweeps: list[dict], workload: dict, steps: int,
+def timed_steps(sweeps: list[dict], shape: dict, steps: int,
                 min_timed_s: float) -> tuple[int, str]:
-    """(how many steps each cell times, why): ``steps``, or more where they would last under
-    ``min_timed_s`` at the probed step (``probed_step_s``); at most MAX_STEPS."""
+    """(how many steps each cell times, why): ``steps``, or the fewest that last
+    ``min_timed_s`` at the probed step (``probed_step_s``) where that is more; at most
+    MAX_STEPS."""
     if min_timed_s == 0:
         return steps, "--steps (--min-timed-s 0)"
-    step_s = probed_step_s(sweeps, workload)
+    step_s = probed_step_s(sweeps, shape)
     if step_s is None:
         return steps, "--steps (no sweep timed this workload's step to size the window by)"
     wanted = min(MAX_STEPS, math.ceil(min_timed_s / step_s))
     if wanted <= steps:
         return steps, (f"--steps; at {step_s * 1e3:.1f} ms a step (the sweeps' probe of "
                        f"this workload) they last {steps * step_s:.1f} s or more")
-    return wanted, (f"{steps} steps (--steps) of {step_s * 1e3:.1f} ms (the sweeps' probe "
-                    f"of this workload) would last {steps * step_s:.2f} s: {wanted} last "
-                    f"--min-timed-s {min_timed_s:g} s on one node")
+    short = (f"{steps} steps (--steps) of {step_s * 1e3:.1f} ms (the sweeps' probe of this "
+             f"workload) would last {steps * step_s:.2f} s")
+    if wanted * step_s < min_timed_s:
+        return wanted, (f"{short}; --min-timed-s {min_timed_s:g} s would take more than the "
+                        f"{MAX_STEPS:,} steps a cell may time, which last "
+                        f"{wanted * step_s:.1f} s")
+    return wanted, f"{short}: {wanted} last --min-timed-s {min_timed_s:g} s on one node"
 
 
 def check(steps: int, min_timed_s: float) -> None:
@@ -79,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--mlp-width", type=int, default=None)
     p.add_argument("--mlp-depth", type=int, default=None)
+    p.add_argument("--image-size", type=int, default=None,
+                   help="the probe's input side (default: not compared)")
     p.add_argument("--steps", type=int, default=20, help="the fewest steps (default: 20)")
-    p.add_argument("--min-timed-s", type=finite_float, default=5.0,
-                   help="the shortest window on one node, in seconds (default: 5; 0: "
-                   "--steps alone)")
+    p.add_argument("--min-timed-s", type=finite_float, default=DEFAULT_MIN_TIMED_S,
+                   help="the shortest window on one node, in seconds (default: "
+                   f"{DEFAULT_MIN_TIMED_S:g}; 0: --steps alone)")
     p.add_argument("--check-only", action="store_true",
                    help="check the values and exit, before the sweep runs (no SWEEPS)")
     a = p.parse_args(argv)
@@ -91,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         require_range(a.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
         require_range(a.mlp_width, "mlp_width", 1, 1 << 20, optional=True)
         require_range(a.mlp_depth, "mlp_depth", 1, 1024, optional=True)
+        require_range(a.image_size, "image_size", 8, 4096, optional=True)
+        if a.check_only and a.sweeps is not None:
+            raise ConfigError("SWEEPS", a.sweeps, "--check-only reads no sweeps: drop one")
         if a.check_only:
             return 0
         if a.sweeps is None:
@@ -100,9 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2
-    workload = {"model": a.model, "batch_size": a.batch_size, "mlp_width": a.mlp_width,
-                "mlp_depth": a.mlp_depth}
-    steps, why = timed_steps(sweeps, workload, a.steps, a.min_timed_s)
+    shape = workload(a.model, a.batch_size, a.mlp_width, a.mlp_depth, a.image_size)
+    steps, why = timed_steps(sweeps, shape, a.steps, a.min_timed_s)
     print(f"timing {steps} steps a cell: {why}", file=sys.stderr)
     print(steps)
     return 0
