@@ -493,13 +493,13 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	$(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
 	  --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 --beside-compute --lockstep \
 	  --lockstep-model "$$MK_MODEL" --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32
-	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the sweep's probe just timed (at the first of BATCH_SIZES), and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
+	@echo "bench-emulated: as make bench-accuracy runs its cells: interleaved (repeat 1 of every cell, then repeat 2, ...), $$MK_REPEATS repeats for a band, each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the sweep's probe just timed (at the first of BATCH_SIZES), its probe steps after training (the 1-node bucket timeline) as many, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
 	steps=$$($(PY) -m bench.host.timed_window $(emulated_comm) --model "$$MK_MODEL" \
 	  $(emulated_window)) && \
 	$(PY) -m bench matrix --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
 	  --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" \
 	  --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" -- --steps "$$steps" --warmup-steps 10 \
-	  --powersgd-warmup 5 --image-size 32 --log-every 0
+	  --comm-probe-steps "$$steps" --powersgd-warmup 5 --image-size 32 --log-every 0
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
 	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \
 	  --nodes 2,4 | tee "$${MK_RESULTS%.jsonl}-prediction.txt"

@@ -17,8 +17,10 @@ matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the
 drift over the run reaches the one-node and the N-node cells alike. Each cell times
 ``--steps`` steps, or the fewest that last ``--min-timed-s`` (5) seconds on one node at the
 step the sweeps' probe just timed for the workload, where that is more
-(bench/host/timed_window.py: 20 steps of a 24 ms step were too short to measure). The runs
-before 2026-11-27 timed ``--steps`` alone, as ``--min-timed-s 0`` does.
+(bench/host/timed_window.py: 20 steps of a 24 ms step were too short to measure), and its
+probe steps after training (the one-node bucket timeline; no_sync steps on N nodes) are as
+many. The runs before 2026-11-27 timed ``--steps`` alone, as ``--min-timed-s 0`` does, and
+probed 10 steps.
 
 The default workload is communication-bound on purpose: the deep & wide MLP at a small batch
 sends its 16 MB of gradients every step, so the link, not the CPUs, sets the step. The
@@ -93,7 +95,9 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
           "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
           "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
-          *shape, "--log-every", "0"])
+          # The one-node timeline the prediction starts from, over as many probe steps:
+          # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.2.
+          "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:

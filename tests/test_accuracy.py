@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -170,6 +171,11 @@ def test_the_script_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path,
     assert not out.exists()
 
 
+# Sweeps of another workload (smallcnn at batch 64): no probe of the one measured here.
+MEASURED_SWEEPS = REPO / "results" / "reference" / "accuracy-grid-3" / "smallcnn-b64-1gbit" \
+    / "1gbit-comm.jsonl"
+
+
 def _script():
     spec = importlib.util.spec_from_file_location(
         "prediction_accuracy", REPO / "scripts" / "prediction_accuracy.py")
@@ -187,10 +193,16 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
     """The grid's cells (issue 29) run the chosen model, size and batch; the MLP's width
     and depth go only to the MLP."""
     script, calls = _script(), []
-    monkeypatch.setattr(script, "_run", calls.append)
+
+    def run(argv):
+        calls.append(argv)
+        if "allreduce" in argv:   # the sweep leaves its records, as bench matrix would
+            shutil.copy(MEASURED_SWEEPS, argv[argv.index("--results") + 1])
+
+    monkeypatch.setattr(script, "_run", run)
     args = argparse.Namespace(hooks="none,powersgd", repeats=3, max_size="64MiB", model=model,
                               image_size=image_size, batch_size=8, steps=20, mlp_width=512,
-                              mlp_depth=8)
+                              mlp_depth=8, min_timed_s=5.0)
     script.measure("5gbit", tmp_path, [2], args)
     *sweeps, train = calls
     assert [s[s.index("--dtype") + 1] for s in sweeps] == ["float32"]  # both hooks send fp32
@@ -201,6 +213,7 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
     assert all(word in after for word in shape)
     assert ("--mlp-width" in after) is (model == "mlp")
     assert ("--image-size" in after) is (image_size is not None)
+    assert after[after.index("--steps") + 1] == "20"     # no probe of this workload to size by
     # Each sweep's lockstep probe times the same workload's own steps.
     for sweep in sweeps:
         probe = sweep[sweep.index("--lockstep") + 1:]

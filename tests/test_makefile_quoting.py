@@ -272,6 +272,7 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
     assert order.index(["-m", "bench.host.timed_window", window[0]]) == 2, (proc.stderr, order)
     (runs,) = [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
     assert runs[runs.index("--steps") + 1] == "81"
+    assert runs[runs.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
     assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
 
 

@@ -756,3 +756,35 @@ def test_a_compiled_run_is_its_own_setup_and_never_predicted_from_eagers_timelin
 
     for rec in (probed, own, old, last, fsdp):
         assert record.problem_of(rec) is None
+
+
+def test_the_timeline_is_drawn_out_to_the_probe_mean_step():
+    """A timed window measures the mean step; the timeline is the median step's. Every time
+    in it is drawn out evenly to the mean, where the record has one."""
+    rec = _record(1, "none", 1e6, 100.0)
+    plain = Timeline.of(rec)
+    rec["bucket_timeline"].update(mean_step_s=0.18, issued_s=[0.11], done_s=[0.12])
+    drawn = Timeline.of(rec)
+    assert drawn.step_s == pytest.approx(0.18) and plain.step_s == pytest.approx(0.15)
+    assert drawn.ready_s == pytest.approx((0.12,)) and drawn.issued_s == pytest.approx((0.132,))
+    assert drawn.done_last_s == pytest.approx(0.144)
+    link = Link.nominal(10**9)
+    assert predict_step(drawn, link, 1).step_s == pytest.approx(0.18)
+    assert predict_step(drawn, link, 2).step_s > predict_step(Timeline.of(
+        {**rec, "bucket_timeline": {**rec["bucket_timeline"], "mean_step_s": None}}),
+        link, 2).step_s
+
+
+def test_the_median_repeat_takes_the_median_stretch_where_every_repeat_has_a_mean():
+    from bench.analysis.predict import median_repeat
+
+    repeats = []
+    for step, mean in ((0.10, 0.11), (0.20, 0.26), (0.30, 0.36)):
+        rec = _record(1, "none", 1e6, 100.0)
+        rec["bucket_timeline"].update(step_s=step, mean_step_s=mean)
+        repeats.append(rec)
+    timeline = median_repeat(repeats)["bucket_timeline"]
+    assert timeline["step_s"] == pytest.approx(0.20)
+    assert timeline["mean_step_s"] == pytest.approx(0.20 * 1.2)     # ratios 1.1, 1.3, 1.2
+    del repeats[0]["bucket_timeline"]["mean_step_s"]                 # a record from before
+    assert "mean_step_s" not in median_repeat(repeats)["bucket_timeline"]

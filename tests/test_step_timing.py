@@ -95,6 +95,31 @@ def test_the_timeline_is_resolved_from_marks_when_read():
     assert timeline["step_s"] == 7.0 and timeline["steps"] == 3
     assert timeline["buffer_bytes"] == [100, 300] and timeline["sent_bytes"] == [100.0, 300.0]
     assert timeline["stamped_by"] == "cuda_events"
+    assert timeline["mean_step_s"] == 7.0
+
+
+def test_the_timeline_keeps_the_mean_step_beside_the_median():
+    """A timed window measures the mean step, slow ones and all; the median is a typical one."""
+    class TickClock(StepClock):
+        def __init__(self) -> None:
+            super().__init__(torch.device("cpu"))
+            self.tick = 0.0
+
+        def mark(self) -> float:
+            self.tick += 1
+            return float(self.tick)
+
+    clock = TickClock()
+    traffic = traffic_module.GradientTraffic(clock)
+    for slow in (0, 0, 0, 8):
+        traffic.begin_step(clock.mark())
+        traffic.bucket_ready(100)
+        traffic.bucket_issued()
+        traffic.bucket_done()
+        clock.tick += slow                         # a step the VM held up
+        traffic.end_step(clock.mark())
+    timeline = traffic.timeline()
+    assert timeline["step_s"] == 4.0 and timeline["mean_step_s"] == 6.0
 
 
 @pytest.fixture

@@ -130,6 +130,7 @@ def test_the_accuracy_benchmark_passes_the_chosen_steps_to_every_cell(tmp_path, 
     training = ran[-1]
     assert "allreduce" not in training
     assert training[training.index("--steps") + 1] == "500"      # 5 s of 10 ms steps
+    assert training[training.index("--comm-probe-steps") + 1] == "500"   # and the probe
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "3601", "x"])

@@ -215,6 +215,13 @@ def median_repeat(repeats: list[dict]) -> dict:
         if series[0] and all(len(times) == len(series[0]) for times in series):
             timeline[name] = [statistics.median(times) for times in zip(*series, strict=True)]
     timeline["step_s"] = statistics.median(_timeline_step_s(rec) for rec in repeats)
+    # Each repeat's mean step against its median, the median of those: where every repeat
+    # has one (records from before the mean have none).
+    tails = [rec["bucket_timeline"].get("mean_step_s") for rec in repeats]
+    timeline.pop("mean_step_s", None)
+    if all(isinstance(tail, (int, float)) for tail in tails):
+        timeline["mean_step_s"] = timeline["step_s"] * statistics.median(
+            tail / _timeline_step_s(rec) for tail, rec in zip(tails, repeats, strict=True))
     return {**middle, "bucket_timeline": timeline}
 
 

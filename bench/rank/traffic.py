@@ -115,6 +115,9 @@ class GradientTraffic:
                 # blocking collectives that a one-node step has no peer to wait for.
                 "broadcast_bytes": list(self.broadcast_bytes),
                 "step_s": statistics.median(s["duration"] for s in steps),
+                # Their mean: what a timed window measures (samples over seconds), slow
+                # steps and all; the predictor's steps are the median's, drawn out to it.
+                "mean_step_s": statistics.fmean(s["duration"] for s in steps),
                 "steps": len(steps),
                 "stamped_by": self.clock.stamped_by}
 
