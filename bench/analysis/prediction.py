@@ -431,11 +431,12 @@ def _drawn_to_mean(timeline: dict) -> dict:
     """The timeline of the probe's median step, every time in it drawn out evenly to the
     probe's mean step (``mean_step_s``), where the record has one.
 
-    The median step is a typical one; a timed window measures the mean, slow steps and all.
-    On two emulated hosts of one CPU the one-rank probe's mean step was 1.07-1.22 times its
-    median over 90 steps of smallcnn at batch 64, and 1.09-1.12 over 233 of the MLP 512x8
-    (results/reference/accuracy-probe-window/): a prediction from the median read 0.85-0.86
-    of the measured. Records from before it have no mean, and keep the median."""
+    The median step is a typical one; a timed window measures the mean, slow steps and all,
+    and the prediction is read against such windows (samples/s). On two emulated hosts of
+    one CPU the probe's mean step read 0.97-1.06 of its median over 200 and 74 probe steps
+    of the MLP 512x8 and smallcnn (results/reference/accuracy-probe-window/, with-mean/):
+    small, and so measured rather than assumed away. Records from before the probe kept
+    its mean have none, and keep the median."""
     mean, median = timeline.get("mean_step_s"), timeline["step_s"]
     if not (isinstance(mean, (int, float)) and math.isfinite(mean) and mean > 0 and median > 0):
         return timeline

@@ -116,7 +116,7 @@ class GradientTraffic:
                 "broadcast_bytes": list(self.broadcast_bytes),
                 "step_s": statistics.median(s["duration"] for s in steps),
                 # Their mean: what a timed window measures (samples over seconds), slow
-                # steps and all; the predictor's steps are the median's, drawn out to it.
+                # steps and all; the predictor draws the median step's timeline out to it.
                 "mean_step_s": statistics.fmean(s["duration"] for s in steps),
                 "steps": len(steps),
                 "stamped_by": self.clock.stamped_by}
