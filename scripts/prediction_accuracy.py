@@ -96,7 +96,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
           "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
           "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
           # The one-node timeline the prediction starts from, over as many probe steps:
-          # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.2.
+          # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.3.
           "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
 
 
