@@ -86,8 +86,9 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
               "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
               "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
     # Long enough to measure: the sweeps' probe just timed the workload's step.
-    probed = timed_window.workload(a.model, a.batch_size, a.mlp_width, a.mlp_depth,
-                                   a.image_size)
+    probed = timed_window.workload(ModelConfig(model=a.model, image_size=a.image_size,
+                                               mlp_width=a.mlp_width, mlp_depth=a.mlp_depth),
+                                   a.batch_size)
     steps, why = timed_window.timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"),
                                           probed, a.steps, a.min_timed_s)
     print(f"timing {steps} steps a cell: {why}", flush=True)

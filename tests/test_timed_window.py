@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench import record
+from bench.config import ModelConfig
 from bench.host import timed_window
 from bench.host.timed_window import timed_steps
 from tests.conftest import REPO
@@ -25,7 +26,7 @@ SCRIPT = REPO / "scripts" / "prediction_accuracy.py"
 # Sweeps whose lockstep probe timed smallcnn at batch 64: 58-67 ms a step.
 SWEEPS = REPO / "results" / "reference" / "accuracy-grid-3" / "smallcnn-b64-1gbit" \
     / "1gbit-comm.jsonl"
-SMALLCNN = {"model": "smallcnn", "batch_size": 64}
+SMALLCNN = timed_window.workload(ModelConfig(model="smallcnn"), 64)   # at its own 28 px
 
 
 def _sweeps(*steps_s: float, **probe) -> list[dict]:
@@ -59,13 +60,15 @@ def test_the_measured_sweeps_of_smallcnn_at_batch_64_ask_for_81_steps():
     assert steps == 81 and "62.2 ms" in why and "1.24 s" in why
 
 
+def _mlp(width: int, depth: int) -> tuple:
+    return timed_window.workload(ModelConfig(model="mlp", mlp_width=width, mlp_depth=depth), 64)
+
+
 def test_the_probe_of_another_workload_or_none_leaves_steps_as_given():
     other = _sweeps(0.001, model="mlp", mlp_width=512, mlp_depth=8)
-    mlp = {"model": "mlp", "batch_size": 64}
-    assert timed_steps(other, mlp | {"mlp_width": 1024}, 20, 5.0)[0] == 20
+    assert timed_steps(other, _mlp(1024, 8), 20, 5.0)[0] == 20
     assert timed_steps(other, SMALLCNN, 20, 5.0)[0] == 20
-    assert timed_steps(other, mlp | {"mlp_width": 512, "mlp_depth": 8}, 20, 5.0)[0] == 5000
-    assert timed_steps(other, mlp | {"mlp_width": None}, 20, 5.0)[0] == 5000  # not compared
+    assert timed_steps(other, _mlp(512, 8), 20, 5.0)[0] == 5000
     steps, why = timed_steps([], SMALLCNN, 20, 5.0)
     assert steps == 20 and "no sweep timed" in why
     assert timed_steps(_sweeps(0.001), SMALLCNN, 20, 0) == (20, "--steps (--min-timed-s 0)")
@@ -91,17 +94,16 @@ def test_a_window_past_the_most_steps_says_how_long_those_last():
     assert "100,000 steps a cell may time, which last 100.0 s" in why
 
 
-def test_one_workload_key_for_every_caller():
-    assert timed_window.workload("smallcnn", 64, 1024, 4) == \
-        {"model": "smallcnn", "batch_size": 64, "image_size": None}     # no MLP fields
-    assert timed_window.workload("mlp", 8, 512, 8, 28) == \
-        {"model": "mlp", "batch_size": 8, "image_size": 28, "mlp_width": 512, "mlp_depth": 8}
-    # The probe ran smallcnn at 28 px: another size is another workload.
+def test_the_key_is_the_one_the_probe_carries():
+    from bench.analysis.prediction import probe_key
+
+    # The MLP's shape counts for the MLP alone; the image size as the trainer resolves it.
+    assert timed_window.workload(ModelConfig(model="smallcnn", mlp_width=512), 64) == SMALLCNN
     sweeps = list(record.load(SWEEPS, "sweeps"))
-    assert timed_steps(sweeps, timed_window.workload("smallcnn", 64, image_size=28), 20,
-                       5.0)[0] == 81
-    assert timed_steps(sweeps, timed_window.workload("smallcnn", 64, image_size=32), 20,
-                       5.0)[0] == 20
+    assert {probe_key(s["lockstep_workload"]) for s in sweeps} == {SMALLCNN}
+    # The probe ran smallcnn at 28 px: another size is another workload.
+    at_32 = timed_window.workload(ModelConfig(model="smallcnn", image_size=32), 64)
+    assert timed_steps(sweeps, at_32, 20, 5.0)[0] == 20
 
 
 def _script():
@@ -164,7 +166,8 @@ def test_the_command_prints_the_count_alone_and_why_on_stderr():
     (["--min-timed-s", "nan"], "--min-timed-s"), (["--min-timed-s", "-0.5"], "--min-timed-s"),
     (["--batch-size", "x"], "--batch-size"), (["--batch-size", "0"], "--batch-size"),
     (["--mlp-width", "-3"], "--mlp-width"), (["--model", "vgg99"], "--model"),
-    (["--image-size", "4"], "--image-size"),
+    (["--image-size", "4"], "--image-size"), (["--model", "resnet18", "--image-size", "16"],
+                                              "--image-size"),
 ])
 def test_the_command_refuses_a_bad_value_in_one_line(args, setting):
     proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", *args)
@@ -190,3 +193,12 @@ def test_check_only_checks_the_values_without_a_sweeps_file():
     assert both.returncode == 2 and "--check-only reads no sweeps" in both.stderr
     none = _cli("--model", "resnet18", "--batch-size", "16")
     assert none.returncode == 2 and "SWEEPS" in none.stderr and none.stdout == ""
+
+
+def test_the_command_compares_the_image_size_the_trainer_resolves():
+    # smallcnn's own 28 px, given or not; the probe ran at 28.
+    for extra in ([], ["--image-size", "28"]):
+        assert _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", *extra).stdout \
+            == "81\n"
+    assert _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", "--image-size",
+                "32").stdout == "20\n"

@@ -88,11 +88,9 @@ class Link:
                 lockstep_ranks=rec["world_size"])
         workload = rec.get("lockstep_workload")
         if workload and rec["world_size"] > 1:
-            key = workload_key(workload["model"], workload["image_size"],
-                               workload["batch_size"], workload.get("mlp_width"),
-                               workload.get("mlp_depth"), "fp32")
             link = dataclasses.replace(
-                link, workload_lockstep=((key, workload["compute_s"], workload["wait_s"]),),
+                link, workload_lockstep=((probe_key(workload), workload["compute_s"],
+                                          workload["wait_s"]),),
                 lockstep_ranks=rec["world_size"])
         return link
 
@@ -234,6 +232,13 @@ def workload_key(model: str | None, image_size: int | None, batch_size: int | No
     mlp = model == "mlp"
     return (model, image_size, batch_size, mlp_width if mlp else None,
             mlp_depth if mlp else None, precision)
+
+
+def probe_key(probe: dict) -> tuple:
+    """The ``workload_key`` of a sweep's lockstep probe of a workload (its
+    ``lockstep_workload``; the probe runs fp32)."""
+    return workload_key(probe.get("model"), probe.get("image_size"), probe.get("batch_size"),
+                        probe.get("mlp_width"), probe.get("mlp_depth"), "fp32")
 
 
 def workload_of(rec: dict) -> tuple:

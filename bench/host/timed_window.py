@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 from bench import record
+from bench.analysis.prediction import probe_key, workload_key
 from bench.catalog import MODEL_NAMES
-from bench.config import MAX_BATCH_SIZE, OneLineErrorParser
+from bench.config import MAX_BATCH_SIZE, ModelConfig, OneLineErrorParser
 from bench.options import ConfigError, finite_float, require_range
 
 # The most steps a cell may time.
@@ -35,38 +36,33 @@ DEFAULT_MIN_TIMED_S = 5.0
 MAX_MIN_TIMED_S = 3600
 
 
-def workload(model: str, batch_size: int, mlp_width: int | None = None,
-             mlp_depth: int | None = None, image_size: int | None = None) -> dict:
-    """The lockstep probe's fields that name ``model`` at ``batch_size``: the MLP's width and
-    depth for the MLP alone (other models' probes record None), the image size where given
-    (None: whatever the probe ran at)."""
-    found: dict = {"model": model, "batch_size": batch_size, "image_size": image_size}
-    if model == "mlp":
-        found |= {"mlp_width": mlp_width, "mlp_depth": mlp_depth}
-    return found
+def workload(cfg: ModelConfig, batch_size: int) -> tuple:
+    """The key (``probe_key``) a sweep's lockstep probe of ``cfg`` at ``batch_size`` carries:
+    the image size as the trainer resolves it, the MLP's shape for the MLP alone."""
+    return workload_key(cfg.model, cfg.image_size, batch_size, cfg.mlp_width, cfg.mlp_depth,
+                        "fp32")
 
 
-def probed_step_s(sweeps: list[dict], shape: dict) -> float | None:
-    """The median step the sweeps' lockstep probes timed for the workload ``shape`` names
-    (``workload()``; a value None is not compared), or None where none did."""
+def probed_step_s(sweeps: list[dict], key: tuple) -> float | None:
+    """The median step the sweeps' lockstep probes timed for the workload ``key`` names
+    (``workload()``), or None where none did."""
     steps = [probe["compute_s"] for sweep in sweeps
              if isinstance(probe := sweep.get("lockstep_workload"), dict)
-             and all(value is None or probe.get(key) == value
-                     for key, value in shape.items())
+             and probe_key(probe) == key
              and isinstance(probe.get("compute_s"), (int, float))
              and not isinstance(probe["compute_s"], bool)
              and math.isfinite(probe["compute_s"]) and probe["compute_s"] > 0]
     return statistics.median(steps) if steps else None
 
 
-def timed_steps(sweeps: list[dict], shape: dict, steps: int,
+def timed_steps(sweeps: list[dict], key: tuple, steps: int,
                 min_timed_s: float) -> tuple[int, str]:
     """(how many steps each cell times, why): ``steps``, or the fewest that last
     ``min_timed_s`` at the probed step (``probed_step_s``) where that is more; at most
     MAX_STEPS."""
     if min_timed_s == 0:
         return steps, "--steps (--min-timed-s 0)"
-    step_s = probed_step_s(sweeps, shape)
+    step_s = probed_step_s(sweeps, key)
     if step_s is None:
         return steps, "--steps (no sweep timed this workload's step to size the window by)"
     wanted = min(MAX_STEPS, math.ceil(min_timed_s / step_s))
@@ -94,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweeps", type=Path, nargs="?", help="the all-reduce sweeps' results file")
     p.add_argument("--model", required=True, choices=MODEL_NAMES)
     p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--mlp-width", type=int, default=None)
-    p.add_argument("--mlp-depth", type=int, default=None)
+    p.add_argument("--mlp-width", type=int, default=None, help="(default: the trainer's)")
+    p.add_argument("--mlp-depth", type=int, default=None, help="(default: the trainer's)")
     p.add_argument("--image-size", type=int, default=None,
-                   help="the probe's input side (default: not compared)")
+                   help="input side in pixels (default: the model's own)")
     p.add_argument("--steps", type=int, default=20, help="the fewest steps (default: 20)")
     p.add_argument("--min-timed-s", type=finite_float, default=DEFAULT_MIN_TIMED_S,
                    help="the shortest window on one node, in seconds (default: "
@@ -108,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check(a.steps, a.min_timed_s)
         require_range(a.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
-        require_range(a.mlp_width, "mlp_width", 1, 1 << 20, optional=True)
-        require_range(a.mlp_depth, "mlp_depth", 1, 1024, optional=True)
-        require_range(a.image_size, "image_size", 8, 4096, optional=True)
+        # The trainer's own checks and defaults (an image size a resnet takes...).
+        cfg = ModelConfig(model=a.model, **{name: value for name in
+                                            ("image_size", "mlp_width", "mlp_depth")
+                                            if (value := getattr(a, name)) is not None})
         if a.check_only and a.sweeps is not None:
             raise ConfigError("SWEEPS", a.sweeps, "--check-only reads no sweeps: drop one")
         if a.check_only:
@@ -122,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"{p.prog}: error: {error}", file=sys.stderr)
         return 2
-    shape = workload(a.model, a.batch_size, a.mlp_width, a.mlp_depth, a.image_size)
-    steps, why = timed_steps(sweeps, shape, a.steps, a.min_timed_s)
+    steps, why = timed_steps(sweeps, workload(cfg, a.batch_size), a.steps, a.min_timed_s)
     print(f"timing {steps} steps a cell: {why}", file=sys.stderr)
     print(steps)
     return 0
