@@ -96,8 +96,8 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     runs of one model side by side."""
     import re
 
-    grid = REPO / "results" / "reference" / "accuracy-grid-4"
-    assert (grid / "README.md").is_file() and "results/reference/accuracy-grid-4" in envelope.BEYOND
+    grid = REPO / "results" / "reference" / "accuracy-grid-5"
+    assert (grid / "README.md").is_file() and "results/reference/accuracy-grid-5" in envelope.BEYOND
     runs = REPO / "results" / "reference" / "accuracy-grid-3"     # two runs of one model
     assert "results/reference/accuracy-grid-3" in envelope.BEYOND
     rows = [line.split(" | ") for line in (grid / "grid.md").read_text().splitlines()
@@ -105,9 +105,10 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     ratios = [float(row[8].split()[0]) for row in rows]
     assert len(ratios) == 16
     assert f"read {min(ratios):.2f}-{max(ratios):.2f}" in envelope.BEYOND
-    off = [r for r in ratios if not 0.90 <= r <= 1.10]
+    # The table's own verdict, not the rounded figure: 0.899 prints as 0.90 and is off.
+    off = [float(row[8].split()[0]) for row in rows if "**off**" in row[8]]
     assert f"outside 0.90-1.10 in {len(off)} of {len(ratios)} cells" in envelope.BEYOND
-    assert f"({sum(r < 0.90 for r in off)} optimistic" in envelope.BEYOND
+    assert f"({sum(r < 1.0 for r in off)} optimistic" in envelope.BEYOND
     moved = re.search(r"moves by up to (\d\.\d\d) between two runs",
                       (runs / "README.md").read_text().replace("\n", " "))
     assert moved and f"moved by up to {moved.group(1)} between two runs" in envelope.BEYOND

@@ -16,12 +16,12 @@ from bench.units import format_rate
 WHERE = "results/reference/emulated-accuracy/README.md"
 # What the model read on setups outside it: the grid of other workloads on two emulated
 # hosts of one CPU each (scripts/accuracy-grid.tsv), measured / predicted at 2 nodes, at the
-# current model with every cell timed for 5 s or more (part four, 2026-11-27: 10 of 16 within
-# 0.90-1.10, held-out part included), and how far a cell's ratio moved between two runs of the
-# same model there (parts two and three).
-BEYOND = ("on other workloads on emulated hosts of one CPU (results/reference/accuracy-grid-4, "
-          "2026-11-27) measured / predicted read 0.75-1.17, outside 0.90-1.10 in 6 of 16 "
-          "cells (4 optimistic), and the same cell moved by up to 0.22 between two runs "
+# current model, each cell timed for 5 s or more and probed over as many steps (part five,
+# 2026-11-27: 11 of 16 within 0.90-1.10, held-out part included), and how far a cell's ratio
+# moved between two runs of the same model there (parts two and three).
+BEYOND = ("on other workloads on emulated hosts of one CPU (results/reference/accuracy-grid-5, "
+          "2026-11-27) measured / predicted read 0.81-1.05, outside 0.90-1.10 in 5 of 16 "
+          "cells (5 optimistic), and the same cell moved by up to 0.22 between two runs "
           "(results/reference/accuracy-grid-3)")
 
 
