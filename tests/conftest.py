@@ -1,10 +1,12 @@
 """Shared helpers: launch the real trainer under torchrun and read back its records."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -78,6 +80,55 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def popen_taking_ctrl_c(argv: list[str], **popen) -> subprocess.Popen:
+    """``subprocess.Popen`` of a command a test will send SIGINT (Ctrl-C), with SIGINT at
+    Python's default there whatever this runner inherited. A runner started in the
+    background of a non-interactive shell (``cmd &``, nohup, some CI agents) ignores SIGINT,
+    an ignored signal stays ignored across exec, and Python then never makes it a
+    KeyboardInterrupt: the child would not see the Ctrl-C at all. A signal with a handler
+    here is reset to the default at exec, so the child's Python installs its own. Tests run
+    in each worker's main thread, where handlers can be set."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(argv, **popen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    ignored = _ignored_signals(proc.pid)
+    assert ignored is None or signal.SIGINT not in ignored, \
+        f"SIGINT is still ignored in the child (pid {proc.pid}): it cannot be interrupted"
+    return proc
+
+
+def _ignored_signals(pid: int) -> set[int] | None:
+    """The signals a process ignores (``SigIgn`` in /proc/PID/status); None if it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                mask = int(line.split()[1], 16)
+                return {bit + 1 for bit in range(64) if mask >> bit & 1}
+    return None
+
+
+def processes_naming(text: str) -> list[int]:
+    """The pids of the processes (this one aside) whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def kill_processes_naming(text: str) -> None:
+    """SIGKILL every process whose command line holds ``text`` (a test's tmp_path): what a
+    test that timed out left behind in sessions of their own (torchrun, its ranks), so that
+    it cannot hold a port or the CPUs for the tests after it."""
+    for pid in processes_naming(text):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

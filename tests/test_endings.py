@@ -30,7 +30,14 @@ from bench.host.failures import NO_RECORD, describe_failure, failure_cause, kill
 from bench.host.launchers import nodes
 from bench.host.launchers.nodes import NodeCommand, run_nodes
 from bench.host.outcome import JobOutcome, NodeOutcome
-from conftest import REPO, _require, validate
+from conftest import (
+    REPO,
+    _require,
+    kill_processes_naming,
+    popen_taking_ctrl_c,
+    processes_naming,
+    validate,
+)
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo",
        "OMP_NUM_THREADS": "1"}
@@ -194,7 +201,7 @@ def _worker(marker: Path, rank: int) -> int | None:
 
 def _agent(marker: Path, node_rank: int) -> int | None:
     """The pid of node ``node_rank``'s torchrun agent whose command line holds ``marker``."""
-    for pid in _processes_naming(str(marker)):
+    for pid in processes_naming(str(marker)):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -257,7 +264,7 @@ def test_a_real_stopped_agent_is_named_and_the_measurement_kept(tmp_path):
     cause = rec["record_error"]
     assert "node1 (node 1) was stopped (SIGSTOP)" in cause, cause
     assert "{" not in cause, cause
-    assert _processes_naming(str(tmp_path)) == [], "nothing is left running"
+    assert processes_naming(str(tmp_path)) == [], "nothing is left running"
 
 
 # --- a rank that measured but could not write its copy -----------------------------------
@@ -528,18 +535,6 @@ def test_another_system_exit_is_not_an_interruption(tmp_path):
     assert not (tmp_path / "r.jsonl").exists()
 
 
-def _processes_naming(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _rank_running(results_dir: Path) -> bool:
     logs = list(results_dir.glob("logs/*/node0.log"))
     return bool(logs) and "[bench] smallcnn on" in logs[0].read_text(errors="replace")
@@ -550,7 +545,7 @@ def _rank_running(results_dir: Path) -> bool:
                                        (signal.SIGINT, 130)])
 def test_a_signalled_matrix_stops_everything_and_writes_the_row(sig, code, tmp_path):
     results = tmp_path / "runs.jsonl"
-    proc = subprocess.Popen(
+    proc = popen_taking_ctrl_c(
         [sys.executable, "-m", "bench", "matrix", "--topologies", "1x2", "--models",
          "smallcnn", "--batch-sizes", "8", "--deadline", "300", "--results", str(results),
          "--", "--steps", "1000000", "--warmup-steps", "1", "--log-every", "0"],
@@ -561,12 +556,14 @@ def test_a_signalled_matrix_stops_everything_and_writes_the_row(sig, code, tmp_p
                 and proc.poll() is None:
             time.sleep(0.3)
         assert _rank_running(tmp_path), "the job never started training"
-        assert len(_processes_naming(str(tmp_path))) >= 3, "torchrun and its two ranks"
+        assert len(processes_naming(str(tmp_path))) >= 3, "torchrun and its two ranks"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+            # Its nodes run in sessions of their own: killed with it, or they train on.
+            kill_processes_naming(str(tmp_path))
     assert proc.returncode == code, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     (rec,) = record.load(results)
@@ -574,7 +571,7 @@ def test_a_signalled_matrix_stops_everything_and_writes_the_row(sig, code, tmp_p
     assert rec["status"] == "error"
     assert f"interrupted: bench matrix received {signal.Signals(sig).name}" in rec["error"]
     assert results.with_suffix(".md").is_file(), "the report is written"
-    leftover = _processes_naming(str(tmp_path))
+    leftover = processes_naming(str(tmp_path))
     assert leftover == [], f"processes left behind: {leftover}"
 
 

@@ -203,10 +203,10 @@ def test_ctrl_c_records_the_interruption_and_exits_130(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from conftest import REPO, popen_taking_ctrl_c
 
     results = tmp_path / "runs.jsonl"
-    proc = subprocess.Popen(
+    proc = popen_taking_ctrl_c(
         [sys.executable, "-m", "bench", "train", "--device", "cpu", "--model", "mlp",
          "--mlp-width", "64", "--mlp-depth", "2", "--steps", "1000000", "--warmup-steps", "1",
          "--log-every", "20", "--results", str(results)],
