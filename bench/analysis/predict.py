@@ -75,8 +75,7 @@ timed for 5 s or more and the one-node probe over as many steps: 11 of 16 cells 
 this VM (results/reference/accuracy-grid-3/). Not modelled, found there: on smallcnn at
 batch 16 (one bucket, so nothing on the wire during backward) forward and backward took 1-7
 ms longer on two nodes than predicted in each of three runs (4-5 ms in the latest); and
-with PowerSGD the
-last bucket's chain is charged 13-15 ms too little on resnet18. On 2-4
+with PowerSGD the last bucket's chain is charged 13-15 ms too little on resnet18. On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
 Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster
