@@ -38,11 +38,13 @@ def test_make_bench_oom_reproduces_the_study(tmp_path):
     for key in ((1, "ddp"), (2, "ddp")):
         row = rows[key]
         assert row["status"] == "oom", row["error"]
+        assert row["env"]["malloc"]["policy"] == "exact"   # the cap counts live memory
         assert "out of memory under --memory-cap 168MiB" in row["error"]
         assert "may allocate 168 MiB more" in row["error"]
     fsdp = rows[(2, "fsdp")]
     assert fsdp["status"] == "ok", fsdp.get("error")
     assert fsdp["gradient_sync"] == "fsdp"
+    assert fsdp["env"]["malloc"]["policy"] == "exact"
     assert len(fsdp["peak_memory_per_rank"]) == 2
     # Gradient traffic under FSDP: every gradient reduce-scattered once a step, and the
     # parameters all-gathered (forward, and again for backward).

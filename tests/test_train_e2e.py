@@ -54,6 +54,7 @@ def test_synthetic_steps_two_processes(tmp_path):
     assert rec["timed_steps"] == 4 and len(rec["first_losses"]) == 5  # warm-up + timed
     assert rec["flops_per_sample"] > 0 and rec["mfu"] is None  # no peak for a CPU
     assert rec["peak_memory_kind"] == "max_rss" and rec["peak_memory_bytes"] > 0
+    assert rec["env"]["malloc"]["policy"] == "keep"   # bench.rank.allocator, every rank
     assert 0 <= rec["data_wait_share"] < 0.5
     assert rec["env"]["comm_env"]["GLOO_SOCKET_IFNAME"] == "lo"
     assert all(k.startswith(("NCCL_", "GLOO_", "TORCH_NCCL_")) for k in rec["env"]["comm_env"])

@@ -19,7 +19,7 @@ import torch
 from bench import nccl_log, record
 from bench.config import DistributedConfig
 from bench.options import ConfigError
-from bench.rank import distributed, environment, exiting, nccl_capture, phases
+from bench.rank import allocator, distributed, environment, exiting, nccl_capture, phases
 
 
 class ExpectedFailure(RuntimeError):
@@ -112,6 +112,9 @@ def run(prog: str, rec: dict, results: Path, dist_cfg: DistributedConfig, measur
     # torchrun's --rdzv-id, which every launcher sets to its job id: the host finds this
     # job's row by it in the results file when the console lost it (bench.host.outcome).
     rec["job_id"] = os.environ.get("TORCHELASTIC_RUN_ID")
+    # Before anything is built: every block the rank allocates from now on is kept when
+    # freed, not faulted in again each step (bench.rank.allocator).
+    allocator.keep_freed_memory()
     nccl_capture.start(dist_cfg.backend)
     try:
         ctx = distributed.init(dist_cfg)
@@ -149,6 +152,8 @@ def _finish(prog: str, rec: dict, results: Path, ctx: distributed.DistContext | 
     # rank 0 fails its next collective or records its own view.
     leader = ctx is None or ctx.is_leader
     where, lost = "rank 0 writes the record", False
+    if isinstance(rec.get("env"), dict):
+        rec["env"]["malloc"] = allocator.current()   # a memory cap may have changed it
     if leader:
         # Appended first, then printed for a launcher to capture: a reader that went away
         # (``bench train | true``) cannot cost the file its record, and a full disk cannot

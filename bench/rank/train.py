@@ -6,7 +6,6 @@ with its status and message, so a sweep gets a row instead of a stack trace.
 """
 from __future__ import annotations
 
-import ctypes
 import resource
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import torch
 
 from bench import manifest, record
 from bench.config import TrainConfig
-from bench.rank import distributed, job, linkprobe, phases, summary, telemetry
+from bench.rank import allocator, distributed, job, linkprobe, phases, summary, telemetry
 from bench.rank.breakdown import StepParts, reporting_to
 from bench.rank.clock import StepClock
 from bench.rank.data import build_data
@@ -71,21 +70,6 @@ def _held_bytes() -> int:
     raise OSError("no VmData in /proc/self/status")
 
 
-def _allocate_exactly() -> None:
-    """Make the limit count live memory, not malloc's reserves: glibc otherwise serves large
-    blocks from per-thread arenas that keep freed memory (gloo's and autograd's threads each
-    have one) and raises its mmap threshold after frees, so FSDP's gather and scatter
-    buffers, allocated and freed every step, would look like growth. A fixed 1 MiB mmap
-    threshold returns every large block to the system when it is freed."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: nothing to tune
-        return
-    m_mmap_threshold, m_arena_max = -3, -8   # malloc.h
-    libc.mallopt(m_mmap_threshold, 1 << 20)
-    libc.mallopt(m_arena_max, 1)
-
-
 def apply_memory_cap(cap: str | None) -> dict | None:
     """Let this rank allocate at most ``cap`` more host memory than it holds now (torch and
     the process group loaded, nothing built yet): an allocation past it fails as it would
@@ -96,7 +80,7 @@ def apply_memory_cap(cap: str | None) -> dict | None:
     # The wrappers (DDP's and FSDP's constructors) import torch._dynamo, some 100 MiB of
     # modules: loaded now, it is part of what the rank holds, not of the model's budget.
     import torch._dynamo  # noqa: F401  (here only: a run without a cap loads it when wrapping)
-    _allocate_exactly()
+    allocator.allocate_exactly()
     held = _held_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     limit = held + budget if hard == resource.RLIM_INFINITY else min(held + budget, hard)
