@@ -559,11 +559,15 @@ def test_a_signalled_matrix_stops_everything_and_writes_the_row(sig, code, tmp_p
         assert len(processes_naming(str(tmp_path))) >= 3, "torchrun and its two ranks"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
+        # Read before anything below kills them: what the matrix itself left running.
+        leftover = processes_naming(str(tmp_path))
     finally:
         if proc.poll() is None:
             proc.kill()
-            # Its nodes run in sessions of their own: killed with it, or they train on.
-            kill_processes_naming(str(tmp_path))
+        # Its nodes run in sessions of their own: whatever failed (a timeout, or the
+        # matrix leaving them behind), they must not train on and hold port 29502 for the
+        # tests after this one.
+        kill_processes_naming(str(tmp_path))
     assert proc.returncode == code, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     (rec,) = record.load(results)
@@ -571,7 +575,6 @@ def test_a_signalled_matrix_stops_everything_and_writes_the_row(sig, code, tmp_p
     assert rec["status"] == "error"
     assert f"interrupted: bench matrix received {signal.Signals(sig).name}" in rec["error"]
     assert results.with_suffix(".md").is_file(), "the report is written"
-    leftover = processes_naming(str(tmp_path))
     assert leftover == [], f"processes left behind: {leftover}"
 
 
