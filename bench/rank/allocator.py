@@ -5,10 +5,11 @@ By default glibc serves each block of 128 KiB or more with its own mmap (the thr
 rises to the largest block freed, up to 32 MiB) and hands freed memory at the top of a
 heap back to the kernel. A training step on CPU allocates and frees the same activation
 and gradient blocks every step, so every step faults them in again: the held-out smallcnn
-at batch 16 took about 1,000 minor faults a step, 7-17% of its main thread's CPU time in
-the kernel, and more on two emulated hosts than on one (results/reference/
-smallcnn-b16-malloc/). Torch's own CPU guidance points at the same cost (a caching
-allocator such as jemalloc or tcmalloc); this keeps glibc and tells it to keep memory.
+at batch 16 took about 1,000 minor faults a step, 6-20% of its main thread's CPU time in
+the kernel, and more of it on two emulated hosts than on one (results/reference/
+smallcnn-b16-malloc/). CPU tuning guides recommend a caching allocator (jemalloc,
+tcmalloc) for the same reason (AMD's ZenDNN user guide, "Memory Allocators"); this keeps
+glibc, which every image has, and tells it to keep memory.
 
 - ``keep`` (every rank, by default): blocks up to 32 MiB (glibc's largest threshold) come
   from the heaps and stay there when freed; a heap is trimmed only past 1 GiB free.
