@@ -16,8 +16,9 @@ from bench.units import format_rate
 WHERE = "results/reference/emulated-accuracy/README.md"
 # What the model read on setups outside it: the grid of other workloads on two emulated
 # hosts of one CPU each (scripts/accuracy-grid.tsv), measured / predicted at 2 nodes, at the
-# current model, each cell timed for 5 s or more and probed over as many steps (part five,
-# 2026-11-27: 11 of 16 within 0.90-1.10, held-out part included), and how far a cell's ratio
+# current model, each cell timed for 5 s or more and probed over as many steps, every rank
+# keeping the memory it frees (part six, 2026-11-27: 12 of 16 within 0.90-1.10, held-out
+# part included), and how far a cell's ratio
 # moved between two runs of the same model there (parts two and three).
 BEYOND = ("on other workloads on emulated hosts of one CPU (results/reference/accuracy-grid-6, "
           "2026-11-27) measured / predicted read 0.84-1.01, outside 0.90-1.10 in 4 of 16 "
