@@ -11,7 +11,17 @@ MODEL_CHANNELS: dict[str, int] = {
     "resnet50": 3,
     "resnet152": 3,
     "vit_b_16": 3,
+    "vit_tiny": 3,
     "mlp": 1,
     "smallcnn": 1,
 }
 MODEL_NAMES = tuple(MODEL_CHANNELS)
+
+# A model's own input side where it is not 224 (torchvision's), and each ViT's patch side:
+# an image side must be a whole number of patches.
+DEFAULT_IMAGE_SIZE: dict[str, int] = {"mlp": 28, "smallcnn": 28, "vit_tiny": 32}
+# The small ViT (``vit_tiny``): torchvision's VisionTransformer cut down for small images on
+# CPU hosts. Patches of 4 px: 64 tokens and the class token at 32 px.
+VIT_TINY: dict[str, int] = {"patch_size": 4, "num_layers": 4, "num_heads": 4,
+                            "hidden_dim": 128, "mlp_dim": 512}
+PATCH_SIDE: dict[str, int] = {"vit_b_16": 16, "vit_tiny": VIT_TINY["patch_size"]}

@@ -19,7 +19,7 @@ import sysconfig
 import typing
 from pathlib import Path
 
-from bench.catalog import MODEL_NAMES
+from bench.catalog import DEFAULT_IMAGE_SIZE, MODEL_NAMES, PATCH_SIDE
 from bench.manifest import MANIFEST_NAME
 from bench.nvidia_smi import no_cuda_reason
 from bench.options import (
@@ -67,8 +67,8 @@ class ModelConfig:
     """Which network to train and its shape."""
 
     model: str = option("resnet18", "network to train", choices=MODEL_NAMES)
-    image_size: int | None = option(None, "input image side in pixels "
-                                    "(default: 224 for torchvision models, 28 for mlp/smallcnn)")
+    image_size: int | None = option(None, "input image side in pixels (default: 224 for "
+                                    "torchvision models, 32 for vit_tiny, 28 for mlp/smallcnn)")
     num_classes: int | None = option(None, "output classes (default: the dataset's; 1000 "
                                      "for synthetic data)")
     mlp_width: int = option(4096, "hidden width of the deep-and-wide mlp")
@@ -77,11 +77,12 @@ class ModelConfig:
     def __post_init__(self) -> None:
         require(self.model in MODEL_NAMES, "model", self.model, f"one of {', '.join(MODEL_NAMES)}")
         if self.image_size is None:
-            self.image_size = 28 if self.model in ("mlp", "smallcnn") else 224
+            self.image_size = DEFAULT_IMAGE_SIZE.get(self.model, 224)
         require_range(self.image_size, "image_size", 8, 4096)
-        if self.model == "vit_b_16":
-            require(self.image_size % 16 == 0, "image_size", self.image_size,
-                    "vit_b_16 needs a multiple of 16 (its patch size)")
+        patch = PATCH_SIDE.get(self.model)
+        if patch:
+            require(self.image_size % patch == 0, "image_size", self.image_size,
+                    f"{self.model} needs a multiple of {patch} (its patch size)")
         if self.model.startswith("resnet"):
             require(self.image_size >= 32, "image_size", self.image_size,
                     "resnets downsample 32x: use 32 or more")

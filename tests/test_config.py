@@ -34,6 +34,8 @@ BAD_INPUTS = {
                           "--backend", "gloo"),
     "vit size not a patch multiple": (["--steps", "1", "--model", "vit_b_16",
                                        "--image-size", "100"], "--image-size", "16"),
+    "small vit size not a patch multiple": (["--steps", "1", "--model", "vit_tiny",
+                                             "--image-size", "30"], "--image-size", "4"),
 }
 
 

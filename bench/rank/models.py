@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bench.catalog import MODEL_CHANNELS
+from bench.catalog import MODEL_CHANNELS, VIT_TINY
 
 
 class DeepWideMLP(nn.Module):
@@ -47,6 +47,15 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+def _vit_tiny(image_size: int, num_classes: int, cfg) -> nn.Module:
+    """The small ViT of ``bench.catalog.VIT_TINY``: unlike the CNNs and MLPs in its kernels
+    (attention, LayerNorm, GELU) and in its many small parameter tensors; about 0.93 M
+    parameters with 1000 classes."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=image_size, num_classes=num_classes, **VIT_TINY)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelSpec:
     """How to build a model and what input it takes."""
@@ -72,6 +81,7 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "resnet50": _torchvision("resnet50"),
     "resnet152": _torchvision("resnet152"),
     "vit_b_16": _torchvision("vit_b_16"),
+    "vit_tiny": _vit_tiny,
     "mlp": lambda size, classes, cfg: DeepWideMLP(size * size, cfg.mlp_width, cfg.mlp_depth,
                                                   classes),
     "smallcnn": lambda size, classes, cfg: SmallCNN(1, classes),
