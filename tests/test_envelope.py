@@ -111,6 +111,13 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     off = [float(row[8].split()[0]) for row in rows if "**off**" in row[8]]
     assert f"outside 0.90-1.10 in {len(off)} of {len(ratios)} cells" in envelope.BEYOND
     assert f"({sum(r < 1.0 for r in off)} optimistic" in envelope.BEYOND
+    # The blind workload's cells, as its own table gives them.
+    blind = REPO / "results" / "reference" / "accuracy-heldout-vittiny"
+    assert "results/reference/accuracy-heldout-vittiny" in envelope.BEYOND
+    read = sorted(float(line.split(" | ")[8].split()[0])
+                  for line in (blind / "grid.md").read_text().splitlines()
+                  if re.match(r"\| .* \| held out \| ", line))
+    assert len(read) == 2 and f"read {read[0]:.2f} and {read[1]:.2f}" in envelope.BEYOND
     moved = re.search(r"moves by up to (\d\.\d\d) between two runs",
                       (runs / "README.md").read_text().replace("\n", " "))
     assert moved and f"moved by up to {moved.group(1)} between two runs" in envelope.BEYOND
