@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.config import COMM_HOOKS, ModelConfig
 from bench.options import ConfigError, require_range
-from bench.topology import parse_choices, shown
+from bench.topology import parse_choices, shown, shown_path
 from bench.units import parse_rate
 
 SETS = ("dev", "held-out")
@@ -134,15 +134,15 @@ def load(path: Path) -> list[Workload]:
         with path.open("rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
     except OSError as error:
-        raise ConfigError("--grid", shown(path), f"cannot be read ({error.strerror})") \
+        raise ConfigError("--grid", shown_path(path), f"cannot be read ({error.strerror})") \
             from None
     if len(raw) > MAX_BYTES:
-        raise ConfigError("--grid", shown(path), f"is over {MAX_BYTES} bytes: not a grid file")
+        raise ConfigError("--grid", shown_path(path), f"is over {MAX_BYTES} bytes: not a grid file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError("--grid", shown(path), "is not UTF-8 text") from None
-    return parse(text, shown(path))
+        raise ConfigError("--grid", shown_path(path), "is not UTF-8 text") from None
+    return parse(text, shown_path(path))
 
 
 def chosen(grid: list[Workload], names: str | None) -> list[Workload]:

@@ -44,6 +44,18 @@ def shown(value: object) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
+def shown_path(path: object) -> str:
+    """A file's path as an error line shows it: as ``shown``, but a long one keeps its end,
+    the file's own name, and drops the start (a temporary directory's deep path cut after
+    80 characters would name no file at all)."""
+    text = str(path)
+    if not text:
+        return "''"
+    if not (text.isascii() and text.isprintable()):
+        text = ascii(text)
+    return text if len(text) <= _SHOWN else "..." + text[-(_SHOWN - 3):]
+
+
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
 class Topology:
     """``nodes`` nodes with ``procs`` processes (one per GPU) each, or, for uneven nodes

@@ -16,6 +16,7 @@ from bench import accuracy_grid
 from bench.analysis import accuracy
 from bench.config import COMM_HOOKS
 from bench.options import ConfigError
+from bench.topology import shown_path
 from tests.conftest import REPO
 
 SHIPPED = REPO / "scripts" / "accuracy-grid.tsv"
@@ -176,12 +177,30 @@ def test_an_out_that_is_a_file_is_one_line_and_left_as_it_was(tmp_path, args):
     assert out.read_text() == "mine\n"
 
 
-def test_a_bad_line_of_a_grid_file_stops_the_run_before_anything(tmp_path):
-    grid = tmp_path / "grid.tsv"
+@pytest.mark.parametrize("depth", [0, 12])
+def test_a_bad_line_of_a_grid_file_stops_the_run_before_anything(tmp_path, depth):
+    # Deep or not, the error names the file and the line: a long path keeps its end.
+    folder = tmp_path.joinpath(*[f"level-{n}" for n in range(depth)])
+    folder.mkdir(parents=True, exist_ok=True)
+    grid = folder / "grid.tsv"
     grid.write_text("a smallcnn 8 - 1gbit none dev\nb smallcnn 8 - 1gbit none,zip dev\n")
     proc = _run("--grid", str(grid), "--out", str(tmp_path / "out"))
-    assert proc.returncode == 2 and f"{grid}:2: hooks" in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "grid.tsv:2: hooks=zip" in lines[0], lines
+    named = shown_path(grid)
+    assert f"{named}:2: hooks" in lines[0] and len(named) <= 80
+    assert (named == str(grid)) is (len(str(grid)) <= 80)
     assert not (tmp_path / "out").exists()
+
+
+@given(st.text(max_size=300))
+def test_a_path_as_an_error_shows_it_keeps_its_end_on_one_printable_line(text):
+    named = shown_path(text)
+    assert len(named) <= 80 and named.isascii() and named.isprintable()
+    if text and text.isascii() and text.isprintable():
+        assert named == text if len(text) <= 80 else \
+            (named.startswith("...") and text.endswith(named[3:]))
 
 
 def _script():
