@@ -36,11 +36,7 @@ _HOST_HELP = ("write a DNS name (letters, digits, inner '-' and '.'), an IPv4 or
 def shown(value: object) -> str:
     """``value`` as an error line shows it: one line, printable ASCII (anything else as
     Python escapes, so a look-alike letter shows as \\u0430), at most 80 characters."""
-    text = str(value)
-    if not text:
-        return "''"
-    if not (text.isascii() and text.isprintable()):
-        text = ascii(text)
+    text = _printable(value)
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
@@ -48,12 +44,17 @@ def shown_path(path: object) -> str:
     """A file's path as an error line shows it: as ``shown``, but a long one keeps its end,
     the file's own name, and drops the start (a temporary directory's deep path cut after
     80 characters would name no file at all)."""
-    text = str(path)
+    text = _printable(path)
+    return text if len(text) <= _SHOWN else "..." + text[-(_SHOWN - 3):]
+
+
+def _printable(value: object) -> str:
+    """``value`` on one line of printable ASCII (anything else as Python escapes); ''
+    shown as such."""
+    text = str(value)
     if not text:
         return "''"
-    if not (text.isascii() and text.isprintable()):
-        text = ascii(text)
-    return text if len(text) <= _SHOWN else "..." + text[-(_SHOWN - 3):]
+    return text if text.isascii() and text.isprintable() else ascii(text)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
