@@ -257,7 +257,9 @@ class DistributedConfig:
                           choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective or rendezvous may wait for a peer "
                             "before the run fails")
-    bucket_cap_mb: float = option(25.0, "DDP gradient bucket size in MiB")
+    bucket_cap_mb: float | None = option(None, "DDP gradient bucket size in MiB (default: "
+                                         "DDP's own, 25 MiB after a 1 MiB first bucket so "
+                                         "that the last layers' gradients start early)")
     static_graph: bool = option(False, "tell DDP the graph is static")
     grad_accum: int = option(1, "micro-batches per optimizer step; gradients sync on the last "
                              "(no_sync on the others)")
@@ -290,7 +292,8 @@ class DistributedConfig:
         require(self.device in DEVICES, "device", self.device, f"one of {', '.join(DEVICES)}")
         require(self.backend in BACKENDS, "backend", self.backend, f"one of {', '.join(BACKENDS)}")
         require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
-        require_range(self.bucket_cap_mb, "bucket_cap_mb", 0, 65536, low_open=True)
+        require_range(self.bucket_cap_mb, "bucket_cap_mb", 0, 65536, low_open=True,
+                      optional=True)
         require_range(self.grad_accum, "grad_accum", 1, 4096)
         require(self.comm_hook in COMM_HOOKS, "comm_hook", self.comm_hook,
                 f"one of {', '.join(COMM_HOOKS)}")

@@ -147,6 +147,26 @@ def test_ddp_keeps_its_own_all_reduce_unless_a_hook_is_needed(one_rank_group, ho
     assert (traffic.bytes > 0) == hooked
 
 
+@pytest.mark.parametrize("cap_mb, buckets", [
+    (None, 2),      # DDP's own default: the last layer's 2 MiB fill a 1 MiB first bucket
+    (25.0, 1),      # an explicit cap holds for the first bucket too: all 3 MiB in one
+])
+def test_the_default_bucket_cap_is_ddps_own(one_rank_group, cap_mb, buckets):
+    """Users run DDP with its default buckets, where the first (the last layers' gradients,
+    ready first) is capped at 1 MiB so that sending starts early in backward. Passing
+    DDP's 25 MiB explicitly would silently turn that off, and a small model would send
+    its whole gradient in one bucket after backward."""
+    cfg = DistributedConfig(backend="gloo", device="cpu", bucket_cap_mb=cap_mb)
+    traffic = traffic_module.GradientTraffic(StepClock(torch.device("cpu")))
+    model = nn.Sequential(nn.Linear(512, 512, bias=False), nn.Linear(512, 1024, bias=False))
+    ddp = traffic_module.wrap_model(model, one_rank_group, cfg, traffic, observe=True)
+    for _ in range(2):  # DDP rebuilds its buckets in the order gradients came after step 1
+        traffic.reset()
+        ddp(torch.randn(2, 512)).sum().backward()
+    assert traffic.calls == buckets, "one all-reduce per bucket"
+    assert traffic.bytes == (512 * 512 + 512 * 1024) * 4
+
+
 @pytest.mark.parametrize("hook, world_size, observed", [
     ("none", 1, False), ("none", 2, False), ("powersgd", 1, False), ("powersgd", 2, True),
     ("bf16", 4, True)])
