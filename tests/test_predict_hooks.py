@@ -40,6 +40,24 @@ def test_on_cpu_the_hook_beside_backward_counts_at_its_fair_share():
     assert timeline.hook_s == pytest.approx((0.01, 0.04))
 
 
+@pytest.mark.parametrize("serialized", [False, True])
+def test_a_free_link_gives_back_the_one_rank_step(serialized):
+    """The one-rank step already ran bucket 0's hook beside backward (0.105-0.125, half the
+    CPU each): backward alone reached bucket 1 10 ms sooner. The model starts from backward
+    alone and charges the hook where it runs, so with nothing to send (an endless link)
+    it gives back the step it started from; counted twice, it said 10 ms more."""
+    timeline = Timeline.of(_record(device="cpu", serialized=serialized))
+    assert timeline.ready_s == pytest.approx((0.1, 0.19))
+    assert timeline.step_s == pytest.approx(0.29) and timeline.tail_s == pytest.approx(0.055)
+    free = Link(busbw_Bps=1e18)
+    assert predict_step(timeline, free, 2).step_s == pytest.approx(0.3, abs=1e-6)
+
+
+def test_on_gpus_the_hook_takes_nothing_from_backward():
+    timeline = Timeline.of(_record(device="cuda"))
+    assert timeline.ready_s == (0.1, 0.2) and timeline.step_s == 0.3
+
+
 def test_the_hooks_work_lengthens_the_step_where_it_is_exposed():
     with_hook = Timeline.of(_record(device="cuda", serialized=False))
     without = dataclasses.replace(with_hook, hook_s=(0.0, 0.0))

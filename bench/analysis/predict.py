@@ -47,7 +47,16 @@ PowerSGD on gloo: over N ranks its hook's first all-reduce completes on gloo's t
 the rest of the hook (two matmuls, the orthogonalisation, two more all-reduces) runs there,
 chained to it, beside backward. The one-rank probe completes that first all-reduce on a
 thread of its own for the same reason (``bench.rank.traffic``), so the one-node timeline
-holds the chain where N ranks run it: after the hand-over, as the hook's own work.
+holds the chain where N ranks run it: after the hand-over, as the hook's own work. Where
+that work ran beside backward on the one rank's CPU, it had slowed backward there; the
+model takes that draw out of the one-node timeline and charges the work where N ranks run
+it, so that an endless link gives back the one-node step. Left in, it was charged twice:
+in 17 older runs (resnet18 with one 25 MiB first bucket, two emulated hosts) the stretch
+from the first bucket's hand-over to the last bucket's took -18 to +9 ms longer on two
+nodes than on one, where the double charge added 14-35 ms; the same 2-node steps reached
+that first hand-over 7-42 ms later than their one-node probe (2-33 ms without a hook), a
+cost before backward's first bucket that the double charge had offset and that is not
+modelled (results/reference/powersgd-double-charge/).
 
 The workload's own pace: with ``--lockstep-model`` the sweep also runs the job's own steps
 in lockstep, and that workload's waits are the matmuls' scaled by its own

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import math
 import statistics
+from collections.abc import Callable
 
 from bench.allreduce_config import bus_factor
 from bench.analysis.table import precision_of
@@ -349,11 +350,13 @@ class Timeline:
             # gaps between buckets and in the tail, where the one-rank step had it.
             issued = tuple(max(i, r) for i, r in zip(issued, ready, strict=True))
             hook_s = _hook_work(issued, tuple(done), cpus)
-            done_last = max(done)
+            undrawn = _without_hook_draw(issued, tuple(done), cpus)
+            ready, issued = tuple(map(undrawn, ready)), tuple(map(undrawn, issued))
+            done_last, step_s = undrawn(max(done)), undrawn(timeline["step_s"])
         else:
-            issued = None
+            issued, step_s = None, timeline["step_s"]
         share = ((rec.get("env") or {}).get("link") or {}).get("cpu_share") or 1.0
-        return cls(ready, tuple(timeline["sent_bytes"]), timeline["step_s"], calls, cpus,
+        return cls(ready, tuple(timeline["sent_bytes"]), step_s, calls, cpus,
                    issued, hook_s, done_last, bool(timeline.get("serialized")),
                    min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()),
                    workload_of(rec))
@@ -471,6 +474,32 @@ def _hook_work(issued: tuple[float, ...], done: tuple[float, ...],
         work.append(elapsed)
         previous = max(previous, finish)
     return tuple(work)
+
+
+def _without_hook_draw(issued: tuple[float, ...], done: tuple[float, ...],
+                       cpus: int | None) -> Callable[[float], float]:
+    """A map from the one-rank timeline's times to those of backward alone.
+
+    On CPU a bucket's hook work that ran beside backward (from its first collective until
+    backward's last hand-over; ``_hook_work``) took backward's CPUs: backward ran at
+    cpus / (cpus + 1) of its pace meanwhile, and every later time of the one-rank step is
+    later by 1 / (cpus + 1) of that stretch. The prediction charges the hook's work again
+    where N ranks run it (``_simulate``), so it starts from backward alone: left in, the
+    draw was counted twice (PowerSGD on resnet18 with DDP's 1 MiB first bucket, whose
+    chain runs beside backward, predicted 11% slow on the README's demo, issue 29). On
+    GPUs the hook works on its own stream and the times stay."""
+    if not cpus:
+        return lambda t: t
+    stretches, previous = [], 0.0
+    for issue, finish in zip(issued, done, strict=True):
+        start = max(issue, previous)
+        stretches.append((start, max(start, min(finish, issued[-1]))))
+        previous = max(previous, finish)
+
+    def undrawn(t: float) -> float:
+        beside = sum(max(0.0, min(t, end) - start) for start, end in stretches)
+        return t - beside / (cpus + 1)
+    return undrawn
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
