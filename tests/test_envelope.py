@@ -49,6 +49,10 @@ def _changed(**changes) -> dict:
     ({"env__link__cpu_share": None}, "hosts whose CPU share the record does not say"),
     ({"env__link__kind": "measured"}, "a real network"),
     ({"env__driver": "580.95"}, "GPUs"),
+    ({"config__distributed__bucket_cap_mb": None},
+     "DDP's own buckets (a 1 MiB first bucket; the check had none)"),
+    ({"config__distributed__bucket_cap_mb": 4.0}, "buckets of 4 MiB"),
+    ({"config__distributed__bucket_cap_mb": "x"}, "buckets the record does not say"),
 ])
 def test_each_difference_is_named(changes, words):
     found = envelope.outside(_changed(**changes), 1e9, [2])

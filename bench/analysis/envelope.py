@@ -38,6 +38,9 @@ class Envelope:
     backend: str = "gloo"
     link_bps: tuple[float, float] = (1e9, 5e9)
     nodes: tuple[int, int] = (2, 4)
+    # The check ran before the trainer left DDP its own buckets (1d8a9ed): it passed 25 MiB,
+    # which turns off DDP's 1 MiB first bucket, so the MLP sent one bucket after backward.
+    bucket_cap_mb: float | None = 25.0
 
     def text(self) -> str:
         return (f"the {self.model.upper()} {self.mlp_shape[0]}x{self.mlp_shape[1]} at batch "
@@ -71,6 +74,12 @@ def outside(rec: dict, link_bps: float | None, nodes: list[int],
         found.append(f"the MLP {model.get('mlp_width')}x{model.get('mlp_depth')}")
     if rec.get("batch_size_per_device") != envelope.batch:
         found.append(f"batch {rec.get('batch_size_per_device')}")
+    cap = distributed.get("bucket_cap_mb")
+    if distributed.get("strategy", "ddp") == "ddp" and cap != envelope.bucket_cap_mb:
+        found.append("DDP's own buckets (a 1 MiB first bucket; the check had none)"
+                     if cap is None else f"buckets of {cap:g} MiB"
+                     if isinstance(cap, (int, float)) and not isinstance(cap, bool)
+                     else "buckets the record does not say")
     backend = distributed.get("backend")
     if env.get("driver") is not None:          # set where the run had a GPU
         found.append("GPUs")
