@@ -78,20 +78,24 @@ So the demo measures 0.94-0.95 (none) and 0.97-1.05 (PowerSGD) of the prediction
 runs (results/reference/demo-20261126/; 0.84-0.91 before the beside-compute and lockstep
 probes and the deferred chain), and with the workload probe 0.99-1.00 and 0.89-1.00 in two
 more; with every rank keeping the memory it frees, 0.94 and 0.91 on a fresh clone
-(results/reference/demo-20261127-allocator/). The grid of other workloads
-(scripts/accuracy-grid.tsv), at this model, each cell timed for 5 s or more, the one-node
-probe over as many steps, and every rank keeping the memory it frees
-(bench/rank/allocator.py): 12 of 16 cells within 0.90-1.10, 3 of the 4 held out, 0.84-1.01,
-every miss optimistic (results/reference/accuracy-grid-6/); a workload first measured blind
-after it, the small ViT at 1 Gbit/s, 0.93 (fp16) and 0.88 (none)
-(results/reference/accuracy-heldout-vittiny/); the same cell moves by up to 0.22 between
-two runs on this VM (results/reference/accuracy-grid-3/). Not modelled: on smallcnn at
-batch 16 with fp16 (one bucket, so nothing on the wire during backward) forward and
-backward took longer on two nodes than predicted in each of four runs, 3 ms of it left
-once malloc stopped faulting every step's blocks in again
+(results/reference/demo-20261127-allocator/); with DDP's own buckets and the hook's draw
+counted once, 0.98 and 1.03, and 1.01 and 0.98 on a fresh clone
+(results/reference/buckets-default/, demo-20261127-buckets/). The grid of other
+workloads (scripts/accuracy-grid.tsv), at this model, each cell timed for 5 s or more, the
+one-node probe over as many steps, every rank keeping the memory it frees
+(bench/rank/allocator.py) and DDP with its own buckets: 14 of 18 cells within 0.90-1.10, 3
+of the 6 held out, 0.77-1.03, every miss optimistic (results/reference/accuracy-grid-8/);
+the same cell moves by up to 0.22 between two runs on this VM
+(results/reference/accuracy-grid-3/). Not modelled: on smallcnn at batch 16 with fp16
+forward and backward took longer on two nodes than predicted in every run, 3 ms of it
+left once malloc stopped faulting every step's blocks in again
 (results/reference/smallcnn-b16-malloc/; neither the CPU idling at the sync nor gloo's
-threads before the hand-over, results/reference/one-cpu-per-phase/); and
-with PowerSGD the last bucket's chain is charged 13-15 ms too little on resnet18. On 2-4
+threads before the hand-over, results/reference/one-cpu-per-phase/); the same smallcnn
+with PowerSGD, six latency-bound all-reduces a step with DDP's two buckets, took 6 ms
+longer to the end of backward and 2-4 ms longer in the last sync than charged (0.77,
+part eight); and with PowerSGD a bucket's chain takes longer on two nodes than charged:
+13-15 ms on resnet18's last bucket (part five), 10 ms on the MLP 2048x2's first, which
+holds backward at the second (part eight). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
 Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster

@@ -485,8 +485,8 @@ def _without_hook_draw(issued: tuple[float, ...], done: tuple[float, ...],
     cpus / (cpus + 1) of its pace meanwhile, and every later time of the one-rank step is
     later by 1 / (cpus + 1) of that stretch. The prediction charges the hook's work again
     where N ranks run it (``_simulate``), so it starts from backward alone: left in, the
-    draw was counted twice (PowerSGD on resnet18 with DDP's 1 MiB first bucket, whose
-    chain runs beside backward, predicted 11% slow on the README's demo, issue 29). On
+    draw was counted twice (PowerSGD on resnet18 with DDP's own buckets, the second
+    bucket's chain beside backward: 11% slow on the README's demo, issue 29). On
     GPUs the hook works on its own stream and the times stay."""
     if not cpus:
         return lambda t: t
