@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bench.analysis.prediction import Link, Timeline, predict_step
+from bench.analysis.prediction import Link, Timeline, _without_hook_draw, predict_step
 
 # 1 GB/s, no latency: a bucket of 10 MB takes 10 ms at 2 nodes (bus factor 1).
 LINK = Link(busbw_Bps=1e9)
@@ -51,6 +53,24 @@ def test_a_free_link_gives_back_the_one_rank_step(serialized):
     assert timeline.step_s == pytest.approx(0.29) and timeline.tail_s == pytest.approx(0.055)
     free = Link(busbw_Bps=1e18)
     assert predict_step(timeline, free, 2).step_s == pytest.approx(0.3, abs=1e-6)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 0.5)), min_size=1, max_size=20),
+       st.lists(st.floats(0, 2), min_size=1, max_size=10), st.integers(1, 8))
+def test_the_draw_taken_out_is_each_stretch_of_hook_work_beside_backward(buckets, times,
+                                                                         cpus):
+    """Bisection over the stretches gives what summing every one of them gives."""
+    issued = tuple(sorted(i for i, _ in buckets))
+    done = tuple(i + d for i, (_, d) in zip(issued, buckets, strict=True))
+    undrawn = _without_hook_draw(issued, done, cpus)
+    stretches, previous = [], 0.0
+    for issue, finish in zip(issued, done, strict=True):
+        start = max(issue, previous)
+        stretches.append((start, max(start, min(finish, issued[-1]))))
+        previous = max(previous, finish)
+    for t in times:
+        beside = sum(max(0.0, min(t, end) - start) for start, end in stretches)
+        assert undrawn(t) == pytest.approx(t - beside / (cpus + 1), abs=1e-12)
 
 
 def test_on_gpus_the_hook_takes_nothing_from_backward():

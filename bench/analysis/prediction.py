@@ -5,6 +5,7 @@ line and report. The model is described in ``bench.analysis.predict``'s docstrin
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -490,14 +491,23 @@ def _without_hook_draw(issued: tuple[float, ...], done: tuple[float, ...],
     GPUs the hook works on its own stream and the times stay."""
     if not cpus:
         return lambda t: t
-    stretches, previous = [], 0.0
+    # Each stretch starts after the one before has ended (after its hook's end), so they
+    # are disjoint and in order: a time's draw is the whole stretches before it, found by
+    # bisection (a record may hold thousands of buckets), and the part of the one it is in.
+    starts, ends, before = [], [], [0.0]
+    previous = 0.0
     for issue, finish in zip(issued, done, strict=True):
         start = max(issue, previous)
-        stretches.append((start, max(start, min(finish, issued[-1]))))
+        starts.append(start)
+        ends.append(max(start, min(finish, issued[-1])))
+        before.append(before[-1] + ends[-1] - start)
         previous = max(previous, finish)
 
     def undrawn(t: float) -> float:
-        beside = sum(max(0.0, min(t, end) - start) for start, end in stretches)
+        whole = bisect.bisect_right(ends, t)
+        beside = before[whole]
+        if whole < len(starts):
+            beside += max(0.0, t - starts[whole])
         return t - beside / (cpus + 1)
     return undrawn
 
