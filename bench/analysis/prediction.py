@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import math
 import statistics
 from collections.abc import Callable
@@ -455,26 +456,32 @@ def _drawn_to_mean(timeline: dict) -> dict:
     return {**timeline, **drawn, "step_s": mean}
 
 
+def _hook_stretches(issued: tuple[float, ...],
+                    done: tuple[float, ...]) -> list[tuple[float, float, float]]:
+    """Each bucket's hook work on the one-rank timeline: (start, end, end beside backward).
+
+    It starts when the bucket was issued, or the previous bucket was done, whichever is
+    later, and runs beside backward until backward's last hand-over at most. So the
+    stretches are disjoint and in order."""
+    stretches, previous = [], 0.0
+    for issue, finish in zip(issued, done, strict=True):
+        start = max(issue, previous)
+        stretches.append((start, finish, max(start, min(finish, issued[-1]))))
+        previous = max(previous, finish)
+    return stretches
+
+
 def _hook_work(issued: tuple[float, ...], done: tuple[float, ...],
                cpus: int | None) -> tuple[float, ...]:
     """Each bucket's hook work after its first collective, from the one-rank timeline.
 
-    On one rank the collectives are local and nearly free, so a bucket's ``done - issued``
-    (from when it was issued, or the previous bucket was done, whichever is later) is its
-    hook's own work. On CPU, while backward still ran beside it, the hook's thread had a
-    fair share of the CPUs (cpus / (cpus + 1), as ``_comm_pace`` gives it), so that part of
-    the elapsed time counts at that share.
+    On one rank the collectives are local and nearly free, so a bucket's elapsed stretch
+    (``_hook_stretches``) is its hook's own work. On CPU, while backward still ran beside
+    it, the hook's thread had a fair share of the CPUs (cpus / (cpus + 1), as
+    ``_comm_pace`` gives it), so that part of the elapsed time counts at that share.
     """
-    work, previous = [], 0.0
-    for issue, finish in zip(issued, done, strict=True):
-        start = max(issue, previous)
-        elapsed = max(0.0, finish - start)
-        if cpus:
-            beside = max(0.0, min(finish, issued[-1]) - start)
-            elapsed -= beside * (1 - cpus / (cpus + 1))
-        work.append(elapsed)
-        previous = max(previous, finish)
-    return tuple(work)
+    return tuple(max(0.0, finish - start) - ((beside - start) / (cpus + 1) if cpus else 0.0)
+                 for start, finish, beside in _hook_stretches(issued, done))
 
 
 def _without_hook_draw(issued: tuple[float, ...], done: tuple[float, ...],
@@ -491,17 +498,13 @@ def _without_hook_draw(issued: tuple[float, ...], done: tuple[float, ...],
     GPUs the hook works on its own stream and the times stay."""
     if not cpus:
         return lambda t: t
-    # Each stretch starts after the one before has ended (after its hook's end), so they
-    # are disjoint and in order: a time's draw is the whole stretches before it, found by
-    # bisection (a record may hold thousands of buckets), and the part of the one it is in.
-    starts, ends, before = [], [], [0.0]
-    previous = 0.0
-    for issue, finish in zip(issued, done, strict=True):
-        start = max(issue, previous)
-        starts.append(start)
-        ends.append(max(start, min(finish, issued[-1])))
-        before.append(before[-1] + ends[-1] - start)
-        previous = max(previous, finish)
+    # The stretches are disjoint and in order: a time's draw is the whole stretches before
+    # it, found by bisection (a record may hold thousands of buckets), and the part of the
+    # one it is in.
+    stretches = _hook_stretches(issued, done)
+    starts = [start for start, _, _ in stretches]
+    ends = [beside for _, _, beside in stretches]
+    before = [0.0, *itertools.accumulate(beside - start for start, _, beside in stretches)]
 
     def undrawn(t: float) -> float:
         whole = bisect.bisect_right(ends, t)
