@@ -71,12 +71,39 @@ if [ "$(docker image inspect -f '{{index .Config.Labels "io.bench.inputs"}}' "$t
   exit 0
 fi
 args+=(--label "io.bench.inputs=$digest")
+# A first trainer build holds the wheels up to three times under Docker's root (the sent
+# context, their layer, the venv installed from them) and the venv once more in the final
+# stage: say so before a build that would stop half-way with "no space left on device".
+docker_root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)
+free_kib=$(df -Pk "$docker_root" 2>/dev/null | awk 'NR == 2 {print $4}')
+if [ "$kind" = trainer ] && [[ $free_kib =~ ^[0-9]+$ ]]; then
+  wheels_kib=$(du -sk "$repo/$wheels" | cut -f1)
+  if (( free_kib < 5 * wheels_kib )); then
+    say "warning: $(( free_kib / 1048576 )) GiB free under $docker_root; a first build of $tag may need up to $(( 5 * wheels_kib / 1048576 )) GiB (five times the wheels). Untagged images (replaced builds, the build stage's cache) are listed by \`docker images -f dangling=true\` and removed by \`docker image prune\`; the next build then installs the wheels again."
+  fi
+fi
+old_id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 say "building $tag from $base (the first build takes a few minutes)"
 start=$(date +%s)
 # The legacy builder (no BuildKit here) prints every step; keep its log for failures.
 log=$(mktemp /tmp/bench-build.XXXXXX.log)
 if ! (cd "$repo" && DOCKER_BUILDKIT=0 docker build "${args[@]}" -t "$tag" .) >"$log" 2>&1; then
-  say "error: docker build of $tag failed; last lines of $log:"; tail -n 20 "$log" >&2; exit 1
+  say "error: docker build of $tag failed; last lines of $log:"; tail -n 20 "$log" >&2
+  if grep -q 'no space left on device' "$log"; then
+    say "fix: free space under $docker_root (\`docker image prune\` removes untagged images; \`docker system df\` shows what is held) and run the build again"
+  fi
+  exit 1
 fi
 rm -f "$log"
-say "built $tag ($(docker image inspect -f '{{.Id}}' "$tag" | cut -c1-19)) in $(( $(date +%s) - start )) s"
+new_id=$(docker image inspect -f '{{.Id}}' "$tag")
+say "built $tag (${new_id:0:19}) in $(( $(date +%s) - start )) s"
+# The image this one replaces is untagged now; each rebuild would otherwise keep one more
+# (gigabytes where the wheels changed). One a container still uses stays, and says why.
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ] &&
+   [ -z "$(docker image inspect -f '{{join .RepoTags ","}}' "$old_id" 2>/dev/null)" ]; then
+  if docker rmi "$old_id" >/dev/null 2>&1; then
+    say "removed the image it replaces (${old_id:0:19})"
+  else
+    say "kept the image it replaces (${old_id:0:19}): a container still uses it"
+  fi
+fi
