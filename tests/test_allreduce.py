@@ -197,6 +197,8 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     assert [row["syncs"] for row in steps] == [n for _, n in compute_probe.LOCKSTEP_STRETCHES]
     for row, (stretch, _) in zip(steps, compute_probe.LOCKSTEP_STRETCHES, strict=True):
         assert stretch / 3 < row["compute_s"] < stretch * 5 and row["wait_s"] >= 0
+        # The last rank's sync: a one-element all-reduce over loopback, under a second.
+        assert 0 < row["sync_call_s"] < 1
     # The workload's own steps in lockstep: the mlp as the trainer shapes it (28 px).
     workload = rec["lockstep_workload"]
     assert {k: workload[k] for k in ("model", "image_size", "batch_size", "mlp_width",
@@ -204,6 +206,7 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
         {"model": "mlp", "image_size": 28, "batch_size": 8, "mlp_width": 64, "mlp_depth": 2,
          "syncs": compute_probe.WORKLOAD_STEPS}
     assert 0 < workload["compute_s"] < 1 and workload["wait_s"] >= 0
+    assert 0 < workload["sync_call_s"] < 1
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).
@@ -215,3 +218,16 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
                   "--warmup-iters", "0"], results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0 and "beside_compute" not in run.records[-1]["sizes"][0]
     assert "lockstep" not in run.records[-1] and "lockstep_workload" not in run.records[-1]
+
+
+def test_in_lockstep_reads_each_sync_from_the_rank_that_came_last(monkeypatch):
+    """Per sync, the rank whose stretch was the longest came last and found its peers
+    waiting: its all-reduce is the call's own cost; a waiting peer's holds the wait."""
+    ranks = [[(0.010, 0.0050), (0.030, 0.0004)],   # rank 0: fast then slow
+             [(0.012, 0.0007), (0.020, 0.0110)]]   # rank 1: slow then fast
+    monkeypatch.setattr(compute_probe.distributed, "all_gather_objects",
+                        lambda ctx, obj: ranks)
+    row = compute_probe.in_lockstep(None, [], [])
+    assert row["sync_call_s"] == pytest.approx((0.0007 + 0.0004) / 2)
+    assert row["wait_s"] == pytest.approx((0.001 + 0.005) / 2)
+    assert row["compute_s"] == pytest.approx(0.018)

@@ -150,25 +150,39 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
     for stretch_s, count in LOCKSTEP_STRETCHES:
         pieces = max(1, round(stretch_s / piece_s))
         distributed.barrier(ctx)
-        own = []
+        own, calls = [], []
         for _ in range(count):
             own.append(compute(pieces))
-            if ctx.is_distributed:
-                dist.all_reduce(sync)
-        rows.append({**in_lockstep(ctx, own), "syncs": count})
+            calls.append(_synced(ctx, sync))
+        rows.append({**in_lockstep(ctx, own, calls), "syncs": count})
     return rows
 
 
-def in_lockstep(ctx: distributed.DistContext, own: list[float]) -> dict:
-    """Every rank's stretch times between the same syncs: their mean (``compute_s``), and
-    the mean over syncs of how much longer the slowest rank's stretch took than the ranks'
-    mean (``wait_s``)."""
-    every = distributed.all_gather_objects(ctx, own)
-    wait = statistics.fmean(max(times) - statistics.fmean(times)
-                            for times in zip(*every, strict=True))
+def _synced(ctx: distributed.DistContext, sync: torch.Tensor) -> float:
+    """The sync after a stretch: a one-element all-reduce, and how long it took here."""
+    start = time.perf_counter()
+    if ctx.is_distributed:
+        dist.all_reduce(sync)
+    return time.perf_counter() - start
+
+
+def in_lockstep(ctx: distributed.DistContext, own: list[float],
+                calls: list[float]) -> dict:
+    """Every rank's stretch times between the same syncs, and its sync's: the stretches'
+    mean (``compute_s``); the mean over syncs of how much longer the slowest rank's stretch
+    took than the ranks' mean (``wait_s``); and the mean over syncs of the slowest rank's
+    sync (``sync_call_s``). That rank came last, its peers were waiting: its all-reduce
+    is the call's own cost after a stretch of compute, with no wait in it, where the
+    sweep's calls run back to back."""
+    every = distributed.all_gather_objects(ctx, list(zip(own, calls, strict=True)))
+    syncs = list(zip(*every, strict=True))
+    wait = statistics.fmean(max(t for t, _ in ranks) - statistics.fmean(t for t, _ in ranks)
+                            for ranks in syncs)
+    last = statistics.fmean(max(ranks)[1] for ranks in syncs)
     # The schema reads a positive figure under a nanosecond as garbage: that is none.
-    return {"compute_s": statistics.fmean(t for times in every for t in times),
-            "wait_s": wait if wait >= 1e-9 else 0.0}
+    return {"compute_s": statistics.fmean(t for ranks in syncs for t, _ in ranks),
+            "wait_s": wait if wait >= 1e-9 else 0.0,
+            "sync_call_s": last if last >= 1e-9 else 0.0}
 
 
 # The workload's steps in lockstep: a few untimed (allocations, the first backward), then
@@ -204,13 +218,12 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
         optimizer.step()
         return time.perf_counter() - start
 
-    def steps(count: int) -> list[float]:
-        own = []
+    def steps(count: int) -> tuple[list[float], list[float]]:
+        own, calls = [], []
         for _ in range(count):
             own.append(step())
-            if ctx.is_distributed:
-                dist.all_reduce(sync)
-        return own
+            calls.append(_synced(ctx, sync))
+        return own, calls
 
     steps(WORKLOAD_WARMUP_STEPS)
     distributed.barrier(ctx)
@@ -218,4 +231,4 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
             "batch_size": batch_size,
             "mlp_width": model_cfg.mlp_width if model_cfg.model == "mlp" else None,
             "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
-            **in_lockstep(ctx, steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
+            **in_lockstep(ctx, *steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
