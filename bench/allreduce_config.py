@@ -39,6 +39,8 @@ PROG = "bench allreduce"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 DEFAULT_MAX_SIZE = {"cuda": "512MiB", "cpu": "64MiB"}
 MAX_MESSAGE_BYTES = 16 << 30
+# The schema's bound on a record's phase pairs (lockstep_workload.phase_pairs).
+PHASE_PAIRS_MAX = 64
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -70,6 +72,11 @@ class AllreduceConfig:
                                      "trainer's --mlp-width")
     lockstep_mlp_depth: int = option(8, "--lockstep-model mlp's hidden layers, as the "
                                      "trainer's --mlp-depth")
+    lockstep_phase_pairs: int = option(8, "with --lockstep-model, pairs of blocks of its "
+                                       "steps in phase (synced every step) and out of phase "
+                                       "(half a step apart): what hosts that share a "
+                                       "machine's CPUs cost each other computing at once; "
+                                       "0: none")
     device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
     backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective may wait for a peer")
@@ -81,6 +88,7 @@ class AllreduceConfig:
     def __post_init__(self) -> None:
         require_range(self.iters, "iters", 1, 1_000_000)
         require_range(self.lockstep_batch_size, "lockstep_batch_size", 1, 65536)
+        require_range(self.lockstep_phase_pairs, "lockstep_phase_pairs", 0, PHASE_PAIRS_MAX)
         if self.lockstep_model is not None:
             require(self.lockstep, "lockstep_model", self.lockstep_model,
                     "goes with --lockstep (the probe it adds a workload to); add --lockstep")

@@ -172,7 +172,11 @@ def test_the_compute_probes_are_refused_off_the_cpu(monkeypatch, flag, tmp_path)
     (["--lockstep", "--lockstep-model", "mlp", "--lockstep-mlp-depth", "0"],
      "--lockstep-mlp-depth=0"),
     (["--lockstep", "--lockstep-model", "mlp", "--lockstep-batch-size", "0"],
-     "--lockstep-batch-size=0")])
+     "--lockstep-batch-size=0"),
+    (["--lockstep", "--lockstep-model", "mlp", "--lockstep-phase-pairs", "65"],
+     "--lockstep-phase-pairs=65"),
+    (["--lockstep", "--lockstep-model", "mlp", "--lockstep-phase-pairs", "-1"],
+     "--lockstep-phase-pairs=-1")])
 def test_a_lockstep_workload_is_checked_before_anything_starts(flags, words, tmp_path):
     with pytest.raises(ConfigError) as caught:
         AllreduceConfig.from_args([*flags, "--device", "cpu",
@@ -185,7 +189,8 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     run = launch(["--device", "cpu", "--max-size", "4MiB", "--min-size", "1MiB",
                   "--iters", "5", "--warmup-iters", "1", "--beside-compute", "--lockstep",
                   "--lockstep-model", "mlp", "--lockstep-mlp-width", "64",
-                  "--lockstep-mlp-depth", "2", "--lockstep-batch-size", "8"],
+                  "--lockstep-mlp-depth", "2", "--lockstep-batch-size", "8",
+                  "--lockstep-phase-pairs", "2"],
                  results, nproc=2, module="bench.rank.allreduce")
     assert run.returncode == 0, run.stderr
     (rec,) = run.records
@@ -207,6 +212,10 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
          "syncs": compute_probe.WORKLOAD_STEPS}
     assert 0 < workload["compute_s"] < 1 and workload["wait_s"] >= 0
     assert 0 < workload["sync_call_s"] < 1
+    # Two pairs of blocks, each [in phase, out of phase]: the median steps, near compute_s.
+    assert len(workload["phase_pairs"]) == 2
+    for pair in workload["phase_pairs"]:
+        assert len(pair) == 2 and all(workload["compute_s"] / 5 < s < 1 for s in pair)
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).

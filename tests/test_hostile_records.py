@@ -66,11 +66,13 @@ def _with_lockstep(sweep: dict) -> dict:
     """A sweep with both lockstep probes, the workload's being ONE_NODE's own (resnet18 at
     32 px, batch 16, fp32), so that a mutation reaches the charge it makes."""
     rec = json.loads(json.dumps(sweep))
-    rec["lockstep"] = [{"compute_s": 0.01, "wait_s": 0.0004, "syncs": 40},
+    rec["lockstep"] = [{"compute_s": 0.01, "wait_s": 0.0004, "syncs": 40,
+                        "sync_call_s": 0.0011},
                        {"compute_s": 0.16, "wait_s": 0.006, "syncs": 20}]
     rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
                                 "mlp_width": None, "mlp_depth": None, "compute_s": 0.2,
-                                "wait_s": 0.025, "syncs": 25}
+                                "wait_s": 0.025, "syncs": 25, "sync_call_s": 0.002,
+                                "phase_pairs": [[0.21, 0.2], [0.2, 0.2]]}
     return rec
 
 
@@ -442,7 +444,8 @@ def test_the_strategy_reaches_every_field_and_the_edges():
     lockstep = _mutable_paths(BASES["lockstep-sweep"], SWEEP_VALUES)
     for path in [("lockstep", 0, "wait_s"), ("lockstep_workload", "wait_s"),
                  ("lockstep_workload", "compute_s"), ("lockstep_workload", "model"),
-                 ("lockstep_workload", "mlp_width")]:
+                 ("lockstep_workload", "mlp_width"), ("lockstep_workload", "sync_call_s"),
+                 ("lockstep_workload", "phase_pairs", 0, 0), ("lockstep", 0, "sync_call_s")]:
         assert path in lockstep, path
 
 

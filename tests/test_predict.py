@@ -293,6 +293,42 @@ def test_the_sweeps_workload_probe_reaches_the_prediction_of_that_workload():
     assert predict_step(bigger, link, 2).skew_s == pytest.approx(0.003)
 
 
+def test_hosts_in_phase_stretch_the_one_node_timeline_of_their_workload_on_cpu():
+    from bench.analysis.predict import LinkRange
+    from bench.analysis.prediction import workload_of
+
+    def sweep(pairs: list[list[float]]) -> dict:
+        rec = _sweep([{"size_bytes": 1024, "time_s": 1e-9, "busbw_GBps": 1e6}])
+        rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
+                                    "mlp_width": None, "mlp_depth": None, "compute_s": 0.1,
+                                    "wait_s": 0.0, "syncs": 25, "phase_pairs": pairs}
+        return rec
+
+    # Pairs of (in phase, out of phase): ratios 1.1, 1.2 and 1.0; their median, 1.1.
+    link = Link.from_allreduce(sweep([[0.22, 0.2], [0.24, 0.2], [0.2, 0.2]]))
+    run = _record(1, "none", 0.0, 100.0)
+    run["config"]["model"].update(model="resnet18", image_size=32)
+    run["precision"] = "fp32"
+    timeline = dataclasses.replace(Timeline.of(run), compute_cpus=1)
+    assert link.in_phase_factor(workload_of(run)) == pytest.approx(1.1)
+    # A link that costs nothing: the N-node step is the one-node step, 1.1 times as long.
+    assert predict_step(timeline, link, 2).step_s == pytest.approx(1.1 * timeline.step_s)
+    # Another workload, GPUs (their compute is not the hosts' CPUs), one node: as measured.
+    other = dataclasses.replace(timeline, workload=workload_of({**run,
+                                                                "batch_size_per_device": 32}))
+    assert predict_step(other, link, 2).step_s == pytest.approx(timeline.step_s)
+    on_gpu = dataclasses.replace(timeline, compute_cpus=None)
+    assert predict_step(on_gpu, link, 2).step_s == pytest.approx(timeline.step_s)
+    assert predict_step(timeline, link, 1).step_s == pytest.approx(timeline.step_s)
+    # Over sweeps: the point the median sweep's, the band's ends the slowest and fastest.
+    links = LinkRange.of_sweeps([sweep([[0.26, 0.2]]), sweep([[0.2, 0.2]]),
+                                 sweep([[0.22, 0.2]])])
+    key = workload_of(run)
+    assert links.point.in_phase_factor(key) == pytest.approx(1.1)
+    assert links.slow.in_phase_factor(key) == pytest.approx(1.3)
+    assert links.fast.in_phase_factor(key) == pytest.approx(1.0)
+
+
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():
     # 0.2 s of CPU for 0.1 s of wire: alone it takes its CPU time.
     link = dataclasses.replace(GBIT, cpu_s_per_bus_byte=0.2 / 12.5e6)

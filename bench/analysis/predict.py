@@ -64,14 +64,21 @@ in lockstep, and that workload's waits are the matmuls' scaled by its own
 matmul probe charged 9-10; on two later demo runs the probe read 7-8 ms, near the matmuls'
 (missing-cost/lockstep-workload/README.md).
 
+Hosts computing in phase: N ranks run forward, backward and the optimizer at the same
+moments (each sync lines them up); the one-node cell's neighbour job runs out of step with
+it. Hosts that share one machine's caches, memory and cores slow each other more in
+phase: on two emulated hosts of one CPU the job's own steps took 1.01-1.07 times as long
+in phase as half a step apart (nine workloads, 8-12 pairs of blocks each,
+results/reference/in-phase/). The sweep's ``--lockstep-model`` probe measures it on the
+hosts (``--lockstep-phase-pairs`` pairs of blocks, in phase and out, in turn first), and
+on CPU the one-node timeline is stretched by the median of the pairs' ratios
+(``Link.in_phase_factor``; the point takes the median over the sweeps, the band's ends the
+slowest and fastest sweep's). Hosts on machines of their own read about 1.
+
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
 hosts of one CPU at 5 Gbit/s; results/reference/powersgd-chain/README.md):
 - the last bucket's sync after backward took 11-16 ms more than charged, for both hooks,
   in the runs before the workload probe (the 25 ms above, if it recurs);
-- hosts slowing each other when they run the same memory-bound phase at once: on two
-  emulated hosts both ranks run the optimizer together, right after the same sync, and it
-  took about 3 ms longer than on one (whose neighbour's copy runs out of step). Real
-  hosts do not share memory;
 - the forward's buffer broadcasts on resnet18 at batch 8: the 2-node job reaches its first
   bucket 20-25 ms later than the one-node probe, of which about 8 ms are charged.
 So the demo measures 0.94-0.95 (none) and 0.97-1.05 (PowerSGD) of the prediction in two
@@ -308,8 +315,11 @@ class LinkRange:
             waits = pick_cost(links, key=lambda m: sum(w for _, w in m.lockstep))
             # And the job's own steps' waits, the same way.
             steps = pick_cost(links, key=lambda m: sum(w for _, _, w in m.workload_lockstep))
+            # And the hosts' pace in phase, the sweep that measured it slowest (or fastest).
+            phase = pick_cost(links, key=lambda m: sum(r for _, r in m.in_phase))
             return dataclasses.replace(
                 links[-1], lockstep=waits.lockstep, workload_lockstep=steps.workload_lockstep,
+                in_phase=phase.in_phase,
                 lockstep_ranks=waits.lockstep_ranks or steps.lockstep_ranks,
                 busbw_Bps=pick_bw(m.busbw_Bps for m in links),
                 latency_s=pick_cost(m.latency_s for m in links),
@@ -317,7 +327,15 @@ class LinkRange:
                 cpu_s_per_bus_byte=pick_cost(m.cpu_s_per_bus_byte for m in links),
                 beside=beside)
 
-        return cls(measured[-1], end(measured, min, max), end(measured, max, min),
+        # The point's pace in phase: per workload, the median of every sweep's (one sweep's
+        # few pairs vary as much as the figure itself: 1.04 and 1.20 in two runs).
+        ratios: dict[tuple, list[float]] = {}
+        for m in measured:
+            for key, ratio in m.in_phase:
+                ratios.setdefault(key, []).append(ratio)
+        point = dataclasses.replace(measured[-1], in_phase=tuple(
+            (key, statistics.median_low(found)) for key, found in ratios.items()))
+        return cls(point, end(measured, min, max), end(measured, max, min),
                    len(sweeps), left_out)
 
     def at_rate(self, rate_bps: int) -> LinkRange:
@@ -598,6 +616,11 @@ def _lockstep_line(link: Link) -> str:
         line += (f"; {model} {image_size} px batch {batch}'s own steps: {wait_s * 1e3:.1f} ms "
                  f"after {compute_s * 1e3:.0f} ms, which scales that workload's waits "
                  f"(--lockstep-model); other workloads: the matmuls'")
+    for key, ratio in link.in_phase:
+        model, image_size, batch = key[:3]
+        line += (f"; {model} {image_size} px batch {batch}'s steps took {ratio:.3f} times as "
+                 "long with the hosts in phase as out of phase, which stretches its one-node "
+                 "timeline on CPU")
     return line
 
 

@@ -61,6 +61,10 @@ class Link:
     # The job's own training steps in lockstep (``--lockstep-model``): per workload
     # (``workload_key``), its step and the wait at each sync, over ``lockstep_ranks``.
     workload_lockstep: tuple[tuple[tuple, float, float], ...] = ()
+    # Per workload (``workload_key``): how much longer its steps took with the hosts in
+    # phase than out of phase (the probe's ``phase_pairs``, the median of the pairs'
+    # ratios). 1 where not measured.
+    in_phase: tuple[tuple[tuple, float], ...] = ()
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -91,10 +95,13 @@ class Link:
                 lockstep_ranks=rec["world_size"])
         workload = rec.get("lockstep_workload")
         if workload and rec["world_size"] > 1:
+            pairs = workload.get("phase_pairs") or ()
             link = dataclasses.replace(
                 link, workload_lockstep=((probe_key(workload), workload["compute_s"],
                                           workload["wait_s"]),),
-                lockstep_ranks=rec["world_size"])
+                lockstep_ranks=rec["world_size"],
+                in_phase=((probe_key(workload), statistics.median(
+                    together / apart for together, apart in pairs)),) if pairs else ())
         return link
 
     @classmethod
@@ -193,6 +200,13 @@ class Link:
         if compute_s >= steps[-1][0]:
             return steps[-1][1] * compute_s / steps[-1][0]
         return _between(steps, compute_s)
+
+    def in_phase_factor(self, workload: tuple | None) -> float:
+        """How much longer ``workload``'s compute takes on N hosts, which run each phase of
+        a step at the same moment, than on the one-node cell, whose neighbour runs out of
+        step with it: measured by the sweep's phase pairs (``--lockstep-model``), 1 where
+        it was not."""
+        return next((ratio for key, ratio in self.in_phase if key == workload), 1.0)
 
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
@@ -424,6 +438,16 @@ class Timeline:
                                    done_last_s=self.done_last_s and self.done_last_s + shift,
                                    step_s=self.step_s + shift)
 
+    def stretched(self, factor: float) -> Timeline:
+        """Every time of the step ``factor`` times as long: its compute at another pace."""
+        if factor == 1.0:
+            return self
+        scaled = lambda times: tuple(t * factor for t in times) if times else times  # noqa: E731
+        return dataclasses.replace(
+            self, ready_s=scaled(self.ready_s), issued_s=scaled(self.issued_s),
+            hook_s=scaled(self.hook_s), step_s=self.step_s * factor,
+            done_last_s=None if self.done_last_s is None else self.done_last_s * factor)
+
     def scaled_batch(self, factor: float) -> Timeline:
         """A batch ``factor`` times larger: forward and backward scale with it (assumed
         linear), the optimizer's tail and the hook's work (per parameter) do not."""
@@ -534,6 +558,8 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring)."""
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
+    if timeline.compute_cpus is not None:
+        timeline = timeline.stretched(link.in_phase_factor(timeline.workload))
     wait = lambda stretch: link.sync_wait_s(stretch, nodes, timeline.workload)  # noqa: E731
     timeline, late = timeline.slowest_rank(wait)
     calls = timeline.calls_per_bucket

@@ -41,6 +41,7 @@ from bench.config import DistributedConfig
 from bench.rank import distributed, job
 from bench.rank.clock import make_clock
 from bench.rank.compute_probe import (
+    PHASE_BLOCK_S,
     WORKLOAD_STEPS,
     beside_compute,
     lockstep,
@@ -201,9 +202,12 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
         if workload is not None:
             if ctx.is_leader:
                 print(f"[bench] lockstep: {workload.model} at batch {cfg.lockstep_batch_size}, "
-                      f"{WORKLOAD_STEPS} steps", file=sys.stderr, flush=True)
+                      f"{WORKLOAD_STEPS} steps, then {cfg.lockstep_phase_pairs} pairs of "
+                      f"blocks in and out of phase (each {PHASE_BLOCK_S:g} s or more)",
+                      file=sys.stderr, flush=True)
             rec["lockstep_workload"] = lockstep_workload(ctx, workload,
-                                                         cfg.lockstep_batch_size)
+                                                         cfg.lockstep_batch_size,
+                                                         cfg.lockstep_phase_pairs)
 
     return job.run(PROG, skeleton(cfg), cfg.results,
                    DistributedConfig(device=cfg.device, backend=cfg.backend,

@@ -11,6 +11,7 @@ two probes the all-reduce sweep runs on request (``--beside-compute``, ``--locks
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 import threading
 import time
@@ -189,12 +190,15 @@ def in_lockstep(ctx: distributed.DistContext, own: list[float],
 # as many as the trainer's communication probe takes (--comm-probe-steps' default).
 WORKLOAD_WARMUP_STEPS = 3
 WORKLOAD_STEPS = 25
+# A block of the phase pairs: this long, and at least this many steps.
+PHASE_BLOCK_S = 1.0
+PHASE_BLOCK_STEPS = 4
 # Synthetic data's classes, as the trainer's (bench.rank.data): the same last layer.
 SYNTHETIC_CLASSES = 1000
 
 
 def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
-                      batch_size: int) -> dict:
+                      batch_size: int, phase_pairs: int = 0) -> dict:
     """The job's own training step (forward, backward, SGD with momentum, on synthetic
     data, no gradient sync) as the stretch between syncs: its mean time, and the mean over
     syncs of how much longer the slowest rank's step took than the ranks' mean.
@@ -227,8 +231,45 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
 
     steps(WORKLOAD_WARMUP_STEPS)
     distributed.barrier(ctx)
-    return {"model": model_cfg.model, "image_size": model_cfg.image_size,
-            "batch_size": batch_size,
-            "mlp_width": model_cfg.mlp_width if model_cfg.model == "mlp" else None,
-            "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
-            **in_lockstep(ctx, *steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
+    row = {"model": model_cfg.model, "image_size": model_cfg.image_size,
+           "batch_size": batch_size,
+           "mlp_width": model_cfg.mlp_width if model_cfg.model == "mlp" else None,
+           "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
+           **in_lockstep(ctx, *steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
+    if ctx.is_distributed and phase_pairs:
+        row["phase_pairs"] = _phase_pairs(ctx, step, sync, phase_pairs,
+                                          distributed.max_across_ranks(ctx, row["compute_s"]))
+    return row
+
+
+def _phase_pairs(ctx: distributed.DistContext, step: Callable[[], float],
+                 sync: torch.Tensor, pairs: int, step_s: float) -> list[list[float]]:
+    """The job's steps in phase against out of phase: ``pairs`` pairs of blocks, each
+    pair [median step in phase, median step out of phase], the ranks' mean.
+
+    In phase, a sync after every step keeps the ranks running forward, backward and the
+    optimizer at the same moments, as DDP's ranks do. Out of phase, the odd ranks start
+    the block half a step late and nothing syncs inside it, as a one-node cell and the
+    neighbour job beside it run. Steps are timed without their sync. Hosts on machines of
+    their own read about 1; emulated hosts sharing one machine's caches, memory and cores
+    took 1.01-1.07 as long in phase on this 2-CPU VM, per workload (issue 29), so the
+    prediction stretches a one-node timeline by it. Each pair runs its blocks one after the
+    other, in turn first, so the machine's drift falls on both alike."""
+    block = max(PHASE_BLOCK_STEPS, math.ceil(PHASE_BLOCK_S / step_s))
+    measured = []
+    for pair in range(pairs):
+        medians = {}
+        for in_phase in ((True, False) if pair % 2 == 0 else (False, True)):
+            distributed.barrier(ctx)
+            if not in_phase and ctx.rank % 2 == 1:
+                time.sleep(step_s / 2)
+            own = []
+            for _ in range(block):
+                own.append(step())
+                if in_phase:
+                    dist.all_reduce(sync)
+            medians[in_phase] = statistics.median(own)
+        measured.append([medians[True], medians[False]])
+    every = distributed.all_gather_objects(ctx, measured)
+    return [[statistics.fmean(rank[i][0] for rank in every),
+             statistics.fmean(rank[i][1] for rank in every)] for i in range(pairs)]
