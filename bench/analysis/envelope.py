@@ -22,7 +22,10 @@ WHERE = "results/reference/emulated-accuracy/README.md"
 # the same model there (parts two and three).
 BEYOND = ("on other workloads on emulated hosts of one CPU, with DDP's own buckets "
           "(results/reference/accuracy-grid-8, 2026-11-27) measured / predicted read "
-          "0.77-1.03, outside 0.90-1.10 in 4 of 18 cells (4 optimistic); and the same cell "
+          "0.77-1.03, outside 0.90-1.10 in 4 of 18 cells (4 optimistic); on five of those "
+          "workloads, with the hosts' pace in phase measured and applied "
+          "(results/reference/accuracy-grid-9, 2026-11-28), it read 0.81-1.11, outside "
+          "0.90-1.10 in 4 of 10 cells (3 optimistic); and the same cell "
           "moved by up to 0.22 between two runs (results/reference/accuracy-grid-3)")
 
 

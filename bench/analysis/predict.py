@@ -92,6 +92,8 @@ workloads (scripts/accuracy-grid.tsv), at this model, each cell timed for 5 s or
 one-node probe over as many steps, every rank keeping the memory it frees
 (bench/rank/allocator.py) and DDP with its own buckets: 14 of 18 cells within 0.90-1.10, 3
 of the 6 held out, 0.77-1.03, every miss optimistic (results/reference/accuracy-grid-8/);
+with the hosts' pace in phase applied, five of its workloads read 6 of 10 within,
+0.81-1.11, the three half-precision cells optimistic (results/reference/accuracy-grid-9/);
 the same cell moves by up to 0.22 between two runs on this VM
 (results/reference/accuracy-grid-3/). Not modelled: on smallcnn at batch 16 with fp16
 forward and backward took longer on two nodes than predicted in every run, 3 ms of it
