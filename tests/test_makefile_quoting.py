@@ -173,6 +173,27 @@ def test_the_emulated_sweep_probes_the_first_batch_size_in_lockstep(batch_sizes,
                      "--lockstep-image-size", "32"], sweep
 
 
+@pytest.mark.parametrize("variable, value, flag", [
+    ("RESULTS", "{t}/demo", "--results"),          # the cells' matrix wants a .jsonl
+    ("COMM_HOOKS", "none,bogus", "--comm-hooks"),
+    ("REPEATS", "0", "--repeats"),
+    ("BATCH_SIZES", "16 0", "--batch-sizes"),      # the sweep's probe takes the first only
+])
+def test_the_emulated_target_refuses_a_bad_cell_setting_before_its_sweep(variable, value,
+                                                                        flag, tmp_path):
+    """Every setting of bench-emulated's cells is checked before its sweep (minutes, as
+    root): a RESULTS without .jsonl was refused only after the sweep had run and written
+    its files. The real venv and make: one line naming the setting, exit 2, nothing
+    written, the sweep never started."""
+    default = [] if variable == "RESULTS" else [f"RESULTS={tmp_path}/emulated.jsonl"]
+    proc = run_make("bench-emulated", f"{variable}={value.format(t=tmp_path)}", "LINK=5gbit",
+                    *default)
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1 and flag in lines[0], proc.stderr
+    assert "--workload allreduce" not in proc.stdout, "the sweep started"
+    assert list(tmp_path.iterdir()) == []
+
+
 # NODE_ENV is a path that make reads itself and that bench hands to other hosts' shells
 # (ssh, Slurm): anything but a plain path is refused before any recipe runs. A backtick
 # passed the '$' check before; it reached the ssh launcher's remote line.
@@ -207,7 +228,10 @@ def test_list_values_are_split_without_globbing_or_evaluation(fake_venv, marker)
 
 def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
     run_make("bench-emulated", f"VENV={fake_venv.path}", "RESULTS=out/a b.jsonl")
-    sweep, runs = fake_venv.bench_calls("matrix")
+    checked, sweep, runs = fake_venv.bench_calls("matrix")
+    # The cells' matrix is first checked as it will run (--dry-run), before the sweep.
+    assert checked[0] == "--dry-run" and checked[1:checked.index("--")] == \
+        runs[:runs.index("--")]
     assert sweep[sweep.index("--results") + 1] == "out/a b-comm.jsonl"
     assert runs[runs.index("--results") + 1] == "out/a b.jsonl"
     assert runs[runs.index("--repeats") + 1] == "3"  # the target's own default
@@ -267,10 +291,11 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
         assert [argv[argv.index(flag) + 1] for flag in
                 ("--model", "--batch-size", "--image-size", "--steps", "--min-timed-s")] == \
             ["smallcnn", "8", "32", hostile, hostile]
-    # The sweep, then the window, then the cells with the count it printed.
+    # The cells checked, the sweep, then the window, then the cells with the count it printed.
     order = [c[:3] for c in calls if c[:2] in (["-m", "bench"], ["-m", "bench.host.timed_window"])]
-    assert order.index(["-m", "bench.host.timed_window", window[0]]) == 2, (proc.stderr, order)
-    (runs,) = [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
+    assert order.index(["-m", "bench.host.timed_window", window[0]]) == 3, (proc.stderr, order)
+    (runs,) = [c for c in fake_venv.bench_calls("matrix")
+               if "--interleave" in c and "--dry-run" not in c]
     assert runs[runs.index("--steps") + 1] == "81"
     assert runs[runs.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
     assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
@@ -281,7 +306,8 @@ def test_bench_emulated_runs_no_cell_when_the_window_fails(fake_venv, tmp_path):
     proc = run_make("bench-emulated", f"VENV={fake_venv.path}",
                     f"RESULTS={tmp_path}/emulated.jsonl")
     assert proc.returncode != 0
-    assert not [c for c in fake_venv.bench_calls("matrix") if "--interleave" in c]
+    assert not [c for c in fake_venv.bench_calls("matrix")
+                if "--interleave" in c and "--dry-run" not in c]
     (window,) = [c for c in fake_venv.calls() if c[:2] == ["-m", "bench.host.timed_window"]
                  and "--check-only" not in c]
     assert "--min-timed-s" not in window      # not given: the module's own default
