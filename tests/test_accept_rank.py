@@ -48,12 +48,44 @@ def test_a_repeat_batches_calls_to_last_at_least_repeat_s(monkeypatch, one_call_
     them is noise: a call of 0.4 s is batched twice (0.8 s), not once."""
     assert accept.REPEAT_S == 0.5
     log, call = fake_clock(monkeypatch, one_call_s, one_call_s)
-    seconds = accept.timed_repeats(call, CPU, repeats=3)
+    timed = accept.timed_repeats(call, CPU, repeats=3)
     assert len(log) == 2 + 3 * calls
-    assert len(seconds) == 3
+    assert len(timed.seconds) == 3 and len(timed.cpus) == 3
     if calls < accept.MAX_CALLS:
         assert calls * one_call_s >= accept.REPEAT_S
         assert math.ceil(accept.REPEAT_S / one_call_s) == calls
+
+
+@pytest.mark.parametrize("shares", [(1.0, 1.0, 1.0), (1.0, 0.25, 1.0), (0.4, 0.4, 0.4)])
+def test_each_repeat_records_the_cpu_time_the_process_got(monkeypatch, shares):
+    """A repeat in which other load or a quota held the rank off its CPU for part of the
+    time records that part: the CPU seconds of the process over the repeat's wall seconds,
+    each repeat its own (a blip in one repeat is not spread over the others)."""
+    log, call = fake_clock(monkeypatch, 0.25, 0.25)
+    cpu = [0.0]
+    repeat_of_call = {}     # call number -> repeat (the warm and timing calls: none)
+    for repeat in range(3):
+        for k in range(2):
+            repeat_of_call[3 + 2 * repeat + k] = repeat
+
+    def timed_call() -> None:
+        call()
+        repeat = repeat_of_call.get(len(log))
+        cpu[0] += 0.25 * (shares[repeat] if repeat is not None else 1.0)
+
+    monkeypatch.setattr(accept, "_process_cpu_s", lambda: cpu[0])
+    timed = accept.timed_repeats(timed_call, CPU, repeats=3)
+    assert timed.seconds == [0.25] * 3
+    assert timed.cpus == pytest.approx(list(shares))
+    assert timed.cpu_field() == {"cpus": pytest.approx(list(shares))}
+
+
+def test_a_repeat_of_no_wall_time_records_no_cpu_time(monkeypatch):
+    """A clock that did not move gives no share; the figure then carries no ``cpus``
+    rather than a division by zero or a share of nothing."""
+    _, call = fake_clock(monkeypatch, 0.0, 0.0)
+    timed = accept.timed_repeats(call, CPU, repeats=2)
+    assert timed.cpus == [None, None] and timed.cpu_field() == {}
 
 
 def test_every_repeat_starts_after_its_alignment():
@@ -85,6 +117,12 @@ def test_the_device_stage_aligns_every_repeat_of_every_figure(monkeypatch):
     assert list(mine["figures"]) == accept.figure_names(CPU)
     assert len(barriers) == 2 * len(mine["figures"])
     assert "not aligned" not in mine["note"]
+    # On the CPU, each figure's repeats carry the CPU time the rank got, and the record its
+    # threads: what the verdict judges the figures per CPU of time by.
+    assert mine["threads"] == torch.get_num_threads()
+    for figure in mine["figures"].values():
+        assert len(figure["cpus"]) == len(figure["values"]) == 2
+        assert all(0 < c <= 2 * mine["threads"] + 1 for c in figure["cpus"]), figure
 
 
 def test_ranks_timing_different_figures_are_not_aligned_and_say_so(monkeypatch):
