@@ -1,0 +1,166 @@
+"""What an all-reduce beside backward takes from it, against what it takes from the matmuls
+the sweep's beside-compute probe times it with (issue 29: the half-precision hooks' cells).
+
+The prediction charges each bucket's all-reduce on CPU with what the sweep measured it to
+take from a matmul thread beside it (``bench allreduce --beside-compute``), in the element
+type the hook sends (float16 for fp16). The half-precision cells still come out optimistic,
+backward ending later on N nodes than predicted. Is an all-reduce beside backward costlier
+than beside matmuls, and more so in float16, whose sum gloo does element by element?
+
+Two ranks on loopback, each pinned to a CPU of its own and one torch thread, in lockstep
+(a barrier before each try). Each try: the compute alone, or with one all-reduce of the
+gradient's element count issued just before it (float32, float16, bfloat16), the compute
+being either the workload's backward (its forward untimed before it) or matmuls lasting as
+long as that backward alone. What the compute lost: its time beside the all-reduce less
+its time alone (medians over tries, interleaved). The all-reduce's own time and CPU too.
+
+  torchrun --nproc-per-node 2 scripts/hook_cost.py --model smallcnn --batch-size 16 \
+      --tries 60 --out results/reference/hook-cost/smallcnn-b16.json
+
+Rank side (torch): a measurement, not part of the stack.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.config import ModelConfig  # noqa: E402
+from bench.rank.models import build_model, input_shape  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+MATRIX = 512    # the sweep's beside-compute matmul (bench.rank.compute_probe.BUSY_MATRIX)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smallcnn")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=None)
+    parser.add_argument("--mlp-width", type=int, default=1024)
+    parser.add_argument("--mlp-depth", type=int, default=2)
+    parser.add_argument("--tries", type=int, default=60)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[int(os.environ["LOCAL_RANK"]) % len(cpus)]})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+
+    cfg = ModelConfig(model=args.model, image_size=args.image_size,
+                      mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+    model = build_model(cfg, 10)
+    batch = torch.randn(args.batch_size, *input_shape(cfg))
+    labels = torch.randint(0, 10, (args.batch_size,))
+    elements = sum(p.numel() for p in model.parameters())
+    a = torch.randn(MATRIX, MATRIX)
+    out = torch.empty_like(a)
+
+    def forward() -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(batch), labels)
+
+    def backward(loss: torch.Tensor | None = None) -> float:
+        loss = forward() if loss is None else loss
+        start = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - start
+
+    def matmuls(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            torch.mm(a, a, out=out)
+        return time.perf_counter() - start
+
+    for _ in range(5):
+        backward()
+    alone = statistics.median(backward() for _ in range(20))
+    one_mm = statistics.median(matmuls(1) for _ in range(20))
+    # The same count on every rank: the lockstep needs equal work.
+    count = max(1, round(alone / one_mm))
+    counts = [torch.tensor([count])] * world
+    dist.all_reduce(counts[0], op=dist.ReduceOp.MAX)
+    count = int(counts[0])
+    tensors = {name: torch.ones(elements, dtype=dtype) for name, dtype in DTYPES.items()}
+
+    def attempt(compute: str, dtype: str | None) -> tuple[float, float, float]:
+        """(compute s, all-reduce s, all-reduce's process CPU s beyond the compute's)."""
+        # The forward first, untimed: the all-reduce goes beside backward alone, as DDP's
+        # buckets do.
+        loss = forward() if compute == "backward" else None
+        dist.barrier()
+        cpu0, start = time.process_time(), time.perf_counter()
+        work = dist.all_reduce(tensors[dtype], async_op=True) if dtype else None
+        seconds = backward(loss) if compute == "backward" else matmuls(count)
+        if work is not None:
+            work.wait()
+        total = time.perf_counter() - start
+        return seconds, total, time.process_time() - cpu0
+
+    conditions = [(compute, dtype) for compute in ("backward", "matmul")
+                  for dtype in (None, *DTYPES)]
+    for compute, dtype in conditions:      # warm every path
+        attempt(compute, dtype)
+    tried: dict[str, list[tuple[float, float, float]]] = {}
+    for _ in range(args.tries):
+        for compute, dtype in conditions:
+            tried.setdefault(f"{compute} {dtype or 'alone'}", []).append(attempt(compute, dtype))
+    # Each collective alone too: its time and CPU with nothing beside it.
+    for name in DTYPES:
+        for _ in range(args.tries):
+            dist.barrier()
+            cpu0, start = time.process_time(), time.perf_counter()
+            dist.all_reduce(tensors[name])
+            tried.setdefault(f"all-reduce {name} alone", []).append(
+                (0.0, time.perf_counter() - start, time.process_time() - cpu0))
+    mine = {key: [statistics.median(v[i] for v in values) for i in range(3)]
+            for key, values in tried.items()}
+    gathered: list[dict | None] = [None] * world
+    dist.all_gather_object(gathered, mine)
+    if rank == 0:
+        report = {"model": args.model, "batch_size": args.batch_size,
+                  "elements": elements, "matmuls_per_try": count, "tries": args.tries,
+                  "torch": torch.__version__, "utc_time": time.strftime(
+                      "%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "ranks": gathered}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        print(table(report))
+    dist.destroy_process_group()
+    return 0
+
+
+def table(report: dict) -> str:
+    """Per compute and element type, the mean over ranks of the medians (ms): the compute's
+    time, what it lost against alone, the all-reduce's time alone and its CPU alone."""
+    ranks = report["ranks"]
+
+    def mean(key: str, index: int) -> float:
+        return statistics.fmean(r[key][index] for r in ranks) * 1e3
+
+    lines = [f"{report['model']} b{report['batch_size']}: {report['elements']} gradient "
+             f"elements, {report['tries']} tries, torch {report['torch']}", "",
+             "| compute | beside | compute ms | lost ms | all-reduce alone ms | its CPU ms |",
+             "|---|---|---:|---:|---:|---:|"]
+    for compute in ("backward", "matmul"):
+        alone = mean(f"{compute} alone", 0)
+        lines.append(f"| {compute} | nothing | {alone:.2f} | - | - | - |")
+        for name in DTYPES:
+            key = f"{compute} {name}"
+            lines.append(f"| {compute} | {name} | {mean(key, 0):.2f} | "
+                         f"{mean(key, 0) - alone:.2f} | "
+                         f"{mean(f'all-reduce {name} alone', 1):.2f} | "
+                         f"{mean(f'all-reduce {name} alone', 2):.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
