@@ -13,6 +13,8 @@ gradient's element count issued just before it (float32, float16, bfloat16), the
 being either the workload's backward (its forward untimed before it) or matmuls lasting as
 long as that backward alone. What the compute lost: its time beside the all-reduce less
 its time alone (medians over tries, interleaved). The all-reduce's own time and CPU too.
+Last, backward under DDP with its own hooks (none, fp16, bf16), on one rank and on both:
+how much the step up to backward's end grows, the hook's whole path included.
 
   torchrun --nproc-per-node 2 scripts/hook_cost.py --model smallcnn --batch-size 16 \
       --tries 60 --out results/reference/hook-cost/smallcnn-b16.json
@@ -121,6 +123,8 @@ def main() -> int:
             dist.all_reduce(tensors[name])
             tried.setdefault(f"all-reduce {name} alone", []).append(
                 (0.0, time.perf_counter() - start, time.process_time() - cpu0))
+    for key, seconds in ddp_backwards(model, cfg, batch, labels, args.tries).items():
+        tried[key] = [(s, 0.0, 0.0) for s in seconds]
     mine = {key: [statistics.median(v[i] for v in values) for i in range(3)]
             for key, values in tried.items()}
     gathered: list[dict | None] = [None] * world
@@ -136,6 +140,48 @@ def main() -> int:
         print(table(report))
     dist.destroy_process_group()
     return 0
+
+
+def ddp_backwards(model: torch.nn.Module, cfg: ModelConfig, batch: torch.Tensor,
+                  labels: torch.Tensor, tries: int) -> dict[str, list[float]]:
+    """Backward under DDP with its own comm hooks (none, fp16, bf16; DDP's default
+    buckets, as the grid's cells): on a group of this rank alone (what the one-node probe
+    runs) and on every rank. DDP's backward returns once every bucket's all-reduce and its
+    hook's callback are done, so its growth from one rank to all is what the hook costs
+    the step up to backward's end, the all-reduce's wire time included."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    hooks = {"none": None, "fp16": default_hooks.fp16_compress_hook,
+             "bf16": default_hooks.bf16_compress_hook}
+    world, rank = dist.get_world_size(), dist.get_rank()
+    alone = [dist.new_group([r]) for r in range(world)][rank]  # every rank makes every group
+    wrapped = {}
+    for ranks, group in ((1, alone), (world, dist.group.WORLD)):
+        for name, hook in hooks.items():
+            copy = build_model(cfg, 10)
+            copy.load_state_dict(model.state_dict())
+            ddp = DistributedDataParallel(copy, process_group=group)
+            if hook is not None:
+                ddp.register_comm_hook(group, hook)
+            wrapped[f"ddp {ranks} rank(s) {name}"] = ddp
+
+    def timed(ddp: DistributedDataParallel) -> float:
+        ddp.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(ddp(batch), labels)
+        dist.barrier()
+        start = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - start
+
+    for ddp in wrapped.values():        # the first iterations rebuild the buckets
+        for _ in range(5):
+            timed(ddp)
+    out: dict[str, list[float]] = {key: [] for key in wrapped}
+    for _ in range(tries):
+        for key, ddp in wrapped.items():
+            out[key].append(timed(ddp))
+    return out
 
 
 def table(report: dict) -> str:
@@ -159,6 +205,13 @@ def table(report: dict) -> str:
                          f"{mean(key, 0) - alone:.2f} | "
                          f"{mean(f'all-reduce {name} alone', 1):.2f} | "
                          f"{mean(f'all-reduce {name} alone', 2):.2f} |")
+    world = len(ranks)
+    if f"ddp {world} rank(s) none" in ranks[0]:
+        lines += ["", "| DDP backward, hook | 1 rank ms | "
+                  f"{world} ranks ms | grew ms |", "|---|---:|---:|---:|"]
+        for hook in ("none", "fp16", "bf16"):
+            one, all_ = mean(f"ddp 1 rank(s) {hook}", 0), mean(f"ddp {world} rank(s) {hook}", 0)
+            lines.append(f"| {hook} | {one:.2f} | {all_:.2f} | {all_ - one:.2f} |")
     return "\n".join(lines)
 
 
