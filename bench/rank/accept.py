@@ -65,7 +65,9 @@ class Repeats:
     def cpu_field(self) -> dict:
         """``{"cpus": [...]}`` where every repeat's share is known and positive, else {}."""
         if self.cpus and all(c is not None and c > 0 for c in self.cpus):
-            return {"cpus": [round(c, 4) for c in self.cpus if c is not None]}
+            # Four significant digits, not places: a rank stopped for most of a repeat
+            # keeps a share above zero, which the schema requires of every figure.
+            return {"cpus": [float(f"{c:.4g}") for c in self.cpus if c is not None]}
         return {}
 
 
