@@ -88,9 +88,9 @@ def main() -> int:
     one_mm = statistics.median(matmuls(1) for _ in range(20))
     # The same count on every rank: the lockstep needs equal work.
     count = max(1, round(alone / one_mm))
-    counts = [torch.tensor([count])] * world
-    dist.all_reduce(counts[0], op=dist.ReduceOp.MAX)
-    count = int(counts[0])
+    most = torch.tensor([count])
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    count = int(most)
     tensors = {name: torch.ones(elements, dtype=dtype) for name, dtype in DTYPES.items()}
 
     def attempt(compute: str, dtype: str | None) -> tuple[float, float, float]:

@@ -170,8 +170,8 @@ def judge_figures(figures: Sequence[Figure], stage: str,
             if per_cpu is not None:
                 # Short of its peers in time and per CPU of time alike, or not at all: the
                 # time alone can be a blip of other load, and per CPU alone is noisier
-                # than either where hosts share memory under quotas (issue 27's clean runs
-                # read up to 17% below per CPU, within 12% in time).
+                # than either where hosts share memory under quotas (issue 27's link-fault
+                # run, every host's CPU clean: up to 17% below per CPU, within 12% in time).
                 per_cpu_status, words = per_cpu
                 reasons.append(words)
                 if SEVERITY[per_cpu_status] < SEVERITY[status]:
