@@ -5,7 +5,8 @@ shaped link runs on the hosts' CPUs too, which loopback does not show (issue 29)
   sudo .venv/bin/python scripts/hook_cost_emulated.py --link 5gbit -- \
       --model smallcnn --batch-size 16 --tries 100 --out results/reference/hook-cost/X.json
 
-Everything after ``--`` goes to hook_cost.py. Host side: no torch import here.
+Everything after ``--`` goes to the script (``--script``: hook_cost.py, or hook_steps.py for
+whole training steps). Host side: no torch import here.
 """
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ from bench.host.netlab import Lab  # noqa: E402
 from bench.units import parse_rate  # noqa: E402
 
 PORT = "29611"
+SCRIPTS = ("hook_cost.py", "hook_steps.py")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--link", required=True, help="the emulated link's rate, e.g. 5gbit")
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="-- then hook_cost.py's flags")
+    parser.add_argument("--script", choices=SCRIPTS, default=SCRIPTS[0],
+                        help="what runs on the hosts (default: %(default)s)")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="-- then the script's flags")
     args = parser.parse_args()
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     rate = parse_rate(args.link, "--link")
@@ -37,7 +41,7 @@ def main() -> int:
             argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                     "--node-rank", str(node.rank), "--nproc-per-node", "1",
                     "--master-addr", lab.master_addr, "--master-port", PORT,
-                    str(REPO / "scripts" / "hook_cost.py"), *rest]
+                    str(REPO / "scripts" / args.script), *rest]
             procs.append(subprocess.Popen(node.wrap(argv), cwd=REPO,
                                           env={**os.environ, "OMP_NUM_THREADS": "1",
                                                **lab.env(node)}))
