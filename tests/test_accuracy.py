@@ -55,6 +55,44 @@ def test_each_measured_node_count_is_set_beside_its_prediction():
     assert "1 of 2 rows within 0.90-1.10 (N-node sweep)" in text
 
 
+def _slow_rank(rank: int, excess: float) -> dict:
+    """A record's named straggler, as bench.analysis.straggler writes it."""
+    return {"rank": rank, "node": rank, "part": "compute", "excess_share": excess,
+            "cost_share": excess * 0.8, "excess_s": 0.01, "host": "vm", "device": "cpu",
+            "summary": f"rank {rank}: compute +{excess:.0%}"}
+
+
+def test_a_row_whose_runs_named_a_straggler_says_so_under_the_table():
+    """The model predicts hosts alike: a row whose measured runs named a slowest rank says
+    which, with the worst and how many runs named one; a row whose runs named none, or
+    were not checked, says nothing."""
+    at_two = _predicted(2, 0.12)
+    records = [_record(1, hook, 12.5e6, 100.0) for hook in ("none", "fp16", "bf16")]
+    named = {"none": [None, None], "fp16": [_slow_rank(0, 0.25), None, _slow_rank(1, 0.1)],
+             "bf16": []}
+    for hook, stragglers in named.items():
+        for slow in stragglers:
+            rec = _record(2, hook, 12.5e6, at_two * 0.8)
+            rec.update(straggler=slow, straggler_check={"named": slow is not None})
+            records.append(rec)
+    records.append(_record(2, "bf16", 12.5e6, at_two))    # no breakdown: not checked
+    found = {row.hook: row for row in accuracy.rows(records, accuracy.sweeps_of(
+        [_sweep_over(2, 0.12)]))}
+    assert found["fp16"].straggler == "r0/n0 compute +25% (2/3)"
+    assert found["none"].straggler == found["bf16"].straggler == ""
+    lines = accuracy.table(list(found.values())).splitlines()
+    assert lines[-2].startswith("measured on hosts not alike (the model predicts them alike)")
+    assert lines[-1] == f"- 1 Gbit/s, fp16, 2 nodes ({found['fp16'].at_n.ratio:.2f}): " \
+        "r0/n0 compute +25% (2/3)"
+    grid = accuracy.grid_table([accuracy.Measured("w", "a workload", True,
+                                                  tuple(found.values()))]).splitlines()
+    assert grid[-1] == f"- w: 1 Gbit/s, fp16, 2 nodes ({found['fp16'].at_n.ratio:.2f}): " \
+        "r0/n0 compute +25% (2/3)"
+    # Without a named rank, nothing is said.
+    calm = [row for hook, row in found.items() if hook != "fp16"]
+    assert "not alike" not in accuracy.table(calm)
+
+
 def test_a_node_count_without_its_sweep_is_left_out():
     records = [_record(1, "none", 12.5e6, 100.0), _record(3, "none", 12.5e6, 50.0)]
     assert accuracy.rows(records, accuracy.sweeps_of([_sweep_over(2, 0.12)])) == []

@@ -24,6 +24,15 @@ one-node baseline as the job itself, and the baseline is the noisiest figure her
 processes on two CPUs: one copy's samples/s spreads by up to half between repeats), so
 ``baseline_copies`` adds them to the repeats the prediction and its band start from.
 
+The model predicts hosts alike: a measured N-node run whose slowest rank the matrix named
+(``straggler`` in its record: one rank's work at least 8% over the median rank's, past 3
+standard errors) ran on hosts that were not. Each table says under its count which rows'
+runs named one, with the worst (``breakdown.table_cell``), so that a miss there is read
+with its host beside it. In part nine of the grid the ViT's fp16 cell read 0.83 with rank
+0 named in two of its three runs (compute +25%); re-run on another instance of the VM,
+with no rank named, it read 0.97 (results/reference/accuracy-grid-10/README.md). A named
+rank is a reason to look, not an excuse: part eight's misses had none.
+
 Rows are data (``rows()``) for scripts/prediction_accuracy.py; ``table()`` is their text.
 """
 from __future__ import annotations
@@ -34,10 +43,12 @@ import sys
 from pathlib import Path
 
 from bench import record
+from bench.analysis import breakdown
 from bench.analysis.predict import (
     LinkRange,
     Predicted,
     measured_rates,
+    measured_runs,
     predictions,
     setup_key,
     single_node_repeats,
@@ -62,6 +73,9 @@ class Row:
     sweep_dtype: str               # the element type of the sweeps it was predicted on
     at_n: Predicted                # from the sweep over N nodes
     from_two: Predicted | None     # from the sweep over 2 nodes, carried to N
+    # The measured runs' slowest rank where the matrix named one in any of them, e.g.
+    # ``r0/n0 compute +25% (2/3)``; empty where none was named or none was checked.
+    straggler: str = ""
 
     @property
     def nodes(self) -> int:
@@ -119,6 +133,7 @@ def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
             if at_n is None:
                 continue
             measured = measured_rates(records, at_n.point)
+            runs = measured_runs(records, at_n.point)
             carried = {(p.setup, p.nodes): p
                        for p in predictions(repeats, two, [n], measured)} if two else {}
             for p in predictions(repeats, at_n, [n], measured):
@@ -128,8 +143,15 @@ def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
                 found.append(Row(rate, hook, p.scaling.samples_per_step_node
                                  / p.scaling.base_step_s, len(repeats[p.setup]),
                                  typed[-1].get("dtype", "float32"), p,
-                                 carried.get((p.setup, n))))
+                                 carried.get((p.setup, n)),
+                                 _named(runs.get((p.setup, n), []))))
     return found
+
+
+def _named(runs: list[dict]) -> str:
+    """The worst named straggler of ``runs`` with how many named one; empty if none did."""
+    cell = breakdown.table_cell(runs)
+    return "" if cell in ("", "none") else cell
 
 
 def _within_goal(ratio: float | None) -> bool:
@@ -170,6 +192,17 @@ def _tally(found: list[Row]) -> str:
             "the band")
 
 
+def _straggler_lines(named: list[tuple[str, Row]]) -> list[str]:
+    """Under a table: each row whose measured runs named a straggler (``label``: what the
+    row is, before its link), as hosts the model's 'hosts alike' does not describe."""
+    if not named:
+        return []
+    return ["measured on hosts not alike (the model predicts them alike): the slowest rank "
+            "was named in the runs of"] + \
+        [f"- {label}{row.link}, {row.hook}, {row.nodes} nodes ({row.at_n.ratio:.2f}): "
+         f"{row.straggler}" for label, row in named if row.at_n.ratio is not None]
+
+
 def table(found: list[Row]) -> str:
     lines = [_HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {_cells(row)}" for row in sorted(found, key=_order)]
@@ -179,6 +212,8 @@ def table(found: list[Row]) -> str:
         ok = sum(1 for ratio in carried if _within_goal(ratio))
         lines.append(f"{ok} of {len(carried)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
                      "from the 2-node sweep alone")
+    lines += _straggler_lines([("", row) for row in sorted(found, key=_order)
+                               if row.straggler])
     return "\n".join(lines)
 
 
@@ -212,6 +247,8 @@ def grid_table(workloads: list[Measured]) -> str:
         rows = [row for w in workloads if w.held_out is held_out for row in w.rows]
         if any(w.held_out is held_out for w in workloads):
             lines.append(f"{name}: {_tally(rows)}")
+    lines += _straggler_lines([(f"{w.name}: ", row) for w in workloads
+                               for row in sorted(w.rows, key=_order) if row.straggler])
     missing = [w.name for w in workloads if w.missing]
     if missing:
         lines.append(f"not in the table: {', '.join(missing)} (see the row of each)")

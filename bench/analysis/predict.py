@@ -173,18 +173,24 @@ from bench.topology import Topology, parse_positive_ints
 from bench.units import parse_rate
 
 
-def measured_rates(records: list[dict], link: Link) -> dict[tuple, list[float]]:
-    """samples/s of ok multi-node records taken on ``link``'s rate, by (setup, nodes).
-    Uneven nodes (1+1+2) are left out: the model predicts N nodes like the measured one."""
-    found: dict[tuple, list[float]] = {}
+def measured_runs(records: list[dict], link: Link) -> dict[tuple, list[dict]]:
+    """Ok multi-node records taken on ``link``'s rate, by (setup, nodes). Uneven nodes
+    (1+1+2) are left out: the model predicts N nodes like the measured one."""
+    found: dict[tuple, list[dict]] = {}
     for rec in record.training(records):
         rate = ((rec.get("env") or {}).get("link") or {}).get("rate_bps")
         if rec.get("status") == "ok" and (rec.get("nnodes") or 1) > 1 \
                 and not Topology.of_record(rec).uneven \
                 and link.rate_bps is not None and rate == link.rate_bps \
                 and (rec.get("samples_per_s") or 0) > 0:
-            found.setdefault((setup_key(rec), rec["nnodes"]), []).append(rec["samples_per_s"])
+            found.setdefault((setup_key(rec), rec["nnodes"]), []).append(rec)
     return found
+
+
+def measured_rates(records: list[dict], link: Link) -> dict[tuple, list[float]]:
+    """samples/s of ``measured_runs``, by (setup, nodes)."""
+    return {key: [rec["samples_per_s"] for rec in recs]
+            for key, recs in measured_runs(records, link).items()}
 
 
 def setup_key(rec: dict) -> tuple:
