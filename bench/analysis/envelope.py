@@ -17,15 +17,18 @@ WHERE = "results/reference/emulated-accuracy/README.md"
 # What the model read on setups outside it: the grid of other workloads on two emulated
 # hosts of one CPU each (scripts/accuracy-grid.tsv), measured / predicted at 2 nodes, at the
 # current model, each cell timed for 5 s or more and probed over as many steps, every rank
-# keeping the memory it frees, DDP with its own buckets (part eight, 2026-11-27, held-out
-# part and the small ViT included), and how far a cell's ratio moved between two runs of
-# the same model there (parts two and three).
-BEYOND = ("on other workloads on emulated hosts of one CPU, with DDP's own buckets "
-          "(results/reference/accuracy-grid-8, 2026-11-27) measured / predicted read "
-          "0.77-1.03, outside 0.90-1.10 in 4 of 18 cells (4 optimistic); on five of those "
-          "workloads, with the hosts' pace in phase measured and applied "
-          "(results/reference/accuracy-grid-9, 2026-11-28), it read 0.81-1.11, outside "
-          "0.90-1.10 in 4 of 10 cells (3 optimistic); and the same cell "
+# keeping the memory it frees, DDP with its own buckets, the hosts' pace in phase applied
+# (part ten, 2026-11-28, held-out part and the small ViT included; parts eight and nine,
+# the runs before it), and how far a cell's ratio moved between two runs of the same
+# model there (parts two and three).
+BEYOND = ("on other workloads on emulated hosts of one CPU, 2 nodes "
+          "(results/reference/accuracy-grid-10, 2026-11-28) measured / predicted read "
+          "0.94-1.07, outside 0.90-1.10 in 0 of 18 cells (0 optimistic); in the runs "
+          "before it (results/reference/accuracy-grid-8, 2026-11-27) it read 0.77-1.03, "
+          "outside 0.90-1.10 in 4 of 18 cells (4 optimistic), and "
+          "(results/reference/accuracy-grid-9, 2026-11-28, five workloads, a slowest rank "
+          "named in the runs of 6 of the 10 cells) it read 0.81-1.11, outside 0.90-1.10 in "
+          "4 of 10 cells (3 optimistic); and the same cell "
           "moved by up to 0.22 between two runs (results/reference/accuracy-grid-3)")
 
 
