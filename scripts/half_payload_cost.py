@@ -18,9 +18,7 @@ Rank side (torch): a measurement, not part of the stack.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -28,6 +26,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hook_cost import pinned_gloo_rank  # noqa: E402
+
+from bench.config import OneLineErrorParser  # noqa: E402
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -43,16 +47,12 @@ def payloads(count: int, rank: int) -> dict[str, torch.Tensor]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=2 * 2**20)
     parser.add_argument("--tries", type=int, default=40)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[int(os.environ["LOCAL_RANK"]) % len(cpus)]})
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    rank, world = pinned_gloo_rank()
     tensors = {f"{dtype} | {name}": values.to(DTYPES[dtype])
                for dtype in DTYPES for name, values in payloads(args.elements, rank).items()}
     tried: dict[str, list[tuple[float, float]]] = {key: [] for key in tensors}

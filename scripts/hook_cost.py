@@ -35,31 +35,46 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.config import ModelConfig  # noqa: E402
+from bench.config import ModelConfig, OneLineErrorParser  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MATRIX = 512    # the sweep's beside-compute matmul (bench.rank.compute_probe.BUSY_MATRIX)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    """The workload's flags, as this script and ``hook_steps.py`` take them."""
     parser.add_argument("--model", default="smallcnn")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--image-size", type=int, default=None)
     parser.add_argument("--mlp-width", type=int, default=1024)
     parser.add_argument("--mlp-depth", type=int, default=2)
-    parser.add_argument("--tries", type=int, default=60)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+
+
+def workload_config(args: argparse.Namespace) -> ModelConfig:
+    return ModelConfig(model=args.model, image_size=args.image_size,
+                       mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+
+
+def pinned_gloo_rank() -> tuple[int, int]:
+    """(rank, world size) of this torchrun process, pinned to one CPU of its own (its local
+    rank's) with one torch thread, in a gloo process group."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[int(os.environ["LOCAL_RANK"]) % len(cpus)]})
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    return rank, world
 
-    cfg = ModelConfig(model=args.model, image_size=args.image_size,
-                      mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+
+def main() -> int:
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
+    add_workload_flags(parser)
+    parser.add_argument("--tries", type=int, default=60)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    rank, world = pinned_gloo_rank()
+    cfg = workload_config(args)
     model = build_model(cfg, 10)
     batch = torch.randn(args.batch_size, *input_shape(cfg))
     labels = torch.randint(0, 10, (args.batch_size,))

@@ -18,9 +18,7 @@ Rank side (torch): a measurement, not part of the stack.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -31,21 +29,21 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.config import ModelConfig  # noqa: E402
+from bench.config import OneLineErrorParser  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hook_cost import add_workload_flags, pinned_gloo_rank, workload_config  # noqa: E402
+
 CLASSES = 1000      # synthetic data's classes, as the trainer's
+HOOKS = ("none", "fp16", "bf16")
 HALF_TINY = torch.finfo(torch.float16).tiny          # float16's smallest normal
 HALF_ZERO = 2.0 ** -25                               # under this, float16 rounds to 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smallcnn")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=None)
-    parser.add_argument("--mlp-width", type=int, default=1024)
-    parser.add_argument("--mlp-depth", type=int, default=2)
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
+    add_workload_flags(parser)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20, help="steps a round, per hook")
     parser.add_argument("--hooks", default="none,fp16,bf16")
@@ -56,19 +54,17 @@ def main() -> int:
                              "that stamps each bucket and chains a callback, as the trainer's")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[int(os.environ["LOCAL_RANK"]) % len(cpus)]})
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    names = args.hooks.split(",")
+    if not names or not set(names) <= set(HOOKS) or len(set(names)) != len(names):
+        parser.error(f"--hooks {args.hooks!r}: give each of {', '.join(HOOKS)} at most once, "
+                     "comma-separated")
+    rank, world = pinned_gloo_rank()
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     hooks = {"none": None, "fp16": default_hooks.fp16_compress_hook,
              "bf16": default_hooks.bf16_compress_hook}
-    names = args.hooks.split(",")
-    cfg = ModelConfig(model=args.model, image_size=args.image_size,
-                      mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+    cfg = workload_config(args)
     torch.manual_seed(0)
     model = build_model(cfg, CLASSES)
     torch.manual_seed(1 + rank)          # each rank its own fixed batch, as the trainer's
