@@ -19,7 +19,10 @@ is where the model misses a cost. The measured spans are means over the timed st
 (they add up to the mean step, which the run's samples/s comes from), the median over
 repeats. Last, the last bucket's sync after its hook handed it over (its collectives and,
 with PowerSGD, the chain of hook work between them), as each N-node repeat measured it,
-beside what the model charges for it.
+beside what the model charges for it. And the step until backward ends against the
+one-node timeline's end of backward (where the model starts), beside what the model adds
+there, part by part: the compute's pace with the hosts in phase, the waits for the slowest
+rank, the CPU time the syncs take from backward, and the buffer broadcasts.
 
 One table per comm hook: nodes, repeats, step ms, then each part's ms (the median over the
 cell's repeats of the mean over its ranks of the part's per-step median, ``p50``), and the
@@ -40,7 +43,12 @@ from bench.analysis.predict import (  # noqa: E402
     single_node_repeats,
     sweeps_for_hook,
 )
-from bench.analysis.prediction import Timeline, predict_step  # noqa: E402
+from bench.analysis.prediction import (  # noqa: E402
+    Link,
+    Prediction,
+    Timeline,
+    predict_step,
+)
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError  # noqa: E402
 from bench.topology import Topology  # noqa: E402
@@ -147,7 +155,7 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
                 continue
             link = LinkRange.of_sweeps(over).point
             p = predict_step(timeline, link, nodes)
-            until = p.buffers_s + timeline.backward_end_s + p.stolen_s
+            until = sum(predicted_growth(timeline, link, p)) + timeline.backward_end_s
             median = {name: statistics.median(_span(c, names) for c in cells)
                       for name, names in (("until", UNTIL_BACKWARD), ("sync", SYNC),
                                           ("rest", ("optimizer",)), ("step", ("step",)))}
@@ -157,6 +165,48 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
                 f"{median['rest'] * 1e3:.1f} ({timeline.tail_s * 1e3:.1f}) | "
                 f"{median['step'] * 1e3:.1f} ({p.step_s * 1e3:.1f}) | "
                 f"{median['step'] and p.step_s / median['step']:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else \
+        "no N-node cell with a one-node timeline and a sweep over as many nodes"
+
+
+def predicted_growth(timeline: Timeline, link: Link, p: Prediction
+                     ) -> tuple[float, float, float, float]:
+    """What the model adds to the one-node run's time until backward ends, at
+    ``p.nodes``: the compute's pace with the hosts in phase, the waits for the slowest
+    rank (before the forward pass's buffer broadcast and at each sync), the CPU time the
+    syncs take from backward, and the buffer broadcasts."""
+    factor = link.in_phase_factor(timeline.workload) \
+        if timeline.compute_cpus is not None else 1.0
+    stretch = timeline.stretched(factor).backward_end_s - timeline.backward_end_s
+    return stretch, p.skew_s, p.stolen_s, p.buffers_s
+
+
+def growth(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: the step until backward ends, measured (as in
+    ``against_model``) less the one-node timeline's end of backward, the model's start,
+    beside what the model adds to that, part by part (``predicted_growth``)."""
+    cells: dict[tuple, list[float]] = {}
+    for rec in record.training(records):
+        parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
+        if parts and (rec.get("nnodes") or 1) > 1 and not Topology.of_record(rec).uneven:
+            cells.setdefault((setup_key(rec), int(rec["nnodes"]), _rate(rec)),
+                             []).append(_span(parts, UNTIL_BACKWARD))
+    lines = ["| hook | nodes | one-node timeline ms | measured ms | predicted ms: in phase + "
+             "slowest rank + CPU taken + buffers = in all |", "|---|---|---|---|---|"]
+    for key, repeats in single_node_repeats(records).items():
+        timeline = Timeline.of(median_repeat(repeats))
+        chosen = sweeps_for_hook(sweeps, key[-1])
+        start = timeline.backward_end_s
+        for (other, nodes, rate), spans in sorted(cells.items(), key=lambda kv: kv[0][1]):
+            over = _sweeps_over(chosen, nodes, rate) if other == key else []
+            if not over:
+                continue
+            link = LinkRange.of_sweeps(over).point
+            parts = predicted_growth(timeline, link, predict_step(timeline, link, nodes))
+            lines.append(f"| {key[-1]} | {nodes} | {start * 1e3:.1f} | "
+                         f"{(statistics.median(spans) - start) * 1e3:+.1f} | "
+                         + " + ".join(f"{x * 1e3:.1f}" for x in parts)
+                         + f" = {sum(parts) * 1e3:+.1f} |")
     return "\n".join(lines) if len(lines) > 2 else \
         "no N-node cell with a one-node timeline and a sweep over as many nodes"
 
@@ -232,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## the last bucket's sync after its hand-over (measured over N ranks, "
               "and what the model charges)\n")
         print(last_bucket(records, sweeps))
+        print("\n## until backward ends, against the one-node timeline's end of backward "
+              "(measured, and what the model adds)\n")
+        print(growth(records, sweeps))
     return 0
 
 

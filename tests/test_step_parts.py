@@ -148,7 +148,7 @@ def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
                            "--link-from", str(GRID / "1gbit-comm.jsonl")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.split("## the last bucket's sync")[1]
+    table = proc.stdout.split("## the last bucket's sync")[1].split("\n## ")[0]
     (row,) = [line for line in table.splitlines() if line.startswith("| powersgd | 2 |")]
     cells = [c.strip() for c in row.split("|")[1:-1]]
     chains = [(r["bucket_timeline"]["done_s"][-1] - r["bucket_timeline"]["issued_s"][-1])
@@ -165,3 +165,56 @@ def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
     assert timeline.calls_per_bucket == 3 and cells[2] == f"{sent / 1e3:.1f}"
     assert cells[3] == (f"{collectives * 1e3:.1f} + {work * 1e3:.1f} = "
                         f"{(collectives + work) * 1e3:.1f}")
+
+
+NODES = REPO / "results" / "reference" / "accuracy-grid-nodes-2" / "run-2" / "smallcnn-b64-1gbit"
+
+
+def test_what_the_model_adds_until_backward_ends_is_shown_part_by_part():
+    """At 2-4 nodes, each against the sweep over as many ranks: the step until backward
+    ends, measured and predicted, against the one-node timeline's end of backward (where
+    the model starts), the prediction split into the hosts' pace in phase, the waits for
+    the slowest rank, the CPU time the syncs take and the buffer broadcasts; its sum is
+    the predicted span of the table before it."""
+    from bench.analysis.predict import (
+        LinkRange,
+        median_repeat,
+        single_node_repeats,
+        sweeps_for_hook,
+    )
+    from bench.analysis.prediction import Timeline, predict_step
+
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
+                           "--link-from", str(NODES / "1gbit-comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    against = proc.stdout.split("## against the prediction")[1].split("## the last bucket")[0]
+    growth = proc.stdout.split("## until backward ends, against")[1]
+    records = record.load(NODES / "1gbit.jsonl")
+    sweeps = record.link_sweeps(record.load(NODES / "1gbit-comm.jsonl"))
+    rows = 0
+    for key, repeats in single_node_repeats(records).items():
+        hook = key[-1]
+        timeline = Timeline.of(median_repeat(repeats))
+        for nodes in (2, 3, 4):
+            (row,) = [line for line in growth.splitlines()
+                      if line.startswith(f"| {hook} | {nodes} |")]
+            cells = [c.strip() for c in row.split("|")[1:-1]]
+            link = LinkRange.of_sweeps([s for s in sweeps_for_hook(sweeps, hook)
+                                        if s.get("nnodes") == nodes]).point
+            p = predict_step(timeline, link, nodes)
+            stretch = (link.in_phase_factor(timeline.workload) - 1) * timeline.backward_end_s
+            parts = (stretch, p.skew_s, p.stolen_s, p.buffers_s)
+            assert p.stolen_s > 0 and stretch != 0, parts   # each part is read, none left out
+            assert cells[2] == f"{timeline.backward_end_s * 1e3:.1f}"
+            assert cells[4] == (" + ".join(f"{x * 1e3:.1f}" for x in parts)
+                                + f" = {sum(parts) * 1e3:+.1f}")
+            # The same spans as the table before: measured and predicted until backward ends.
+            (before,) = [line for line in against.splitlines()
+                         if line.startswith(f"| {hook} | {nodes} |")]
+            measured, predicted = before.split("|")[3].split()
+            start = timeline.backward_end_s * 1e3
+            assert abs(float(measured) - start - float(cells[3])) < 0.11
+            assert abs(float(predicted.strip("()")) - start - sum(parts) * 1e3) < 0.11
+            rows += 1
+    assert rows == 6
