@@ -100,9 +100,10 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     runs of one model side by side."""
     import re
 
-    cited = re.findall(r"results/reference/(accuracy-grid-\d+)", envelope.BEYOND)
+    grids = r"results/reference/(accuracy-grid-(?:nodes-)?\d+)"
+    cited = re.findall(grids, envelope.BEYOND)
     # Each grid's figures stand between its citation and the next one.
-    said = re.split(r"results/reference/accuracy-grid-\d+", envelope.BEYOND)[1:]
+    said = re.split(grids, envelope.BEYOND)[2::2]
     graded = [(name, text) for name, text in zip(cited, said, strict=True)
               if name != "accuracy-grid-3"]
     assert graded, "the caveat names the grid run it quotes"
@@ -110,8 +111,10 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     assert "accuracy-grid-3" in cited
     for index, (name, text) in enumerate(graded):
         grid = REPO / "results" / "reference" / name
-        assert (grid / "README.md").is_file() and (grid / "grid.md").is_file()
-        rows = [line.split(" | ") for line in (grid / "grid.md").read_text().splitlines()
+        # One grid.md, or one per run (a directory of several runs: run-1/, run-2/).
+        tables = sorted(grid.rglob("grid.md"))
+        assert (grid / "README.md").is_file() and tables, name
+        rows = [line.split(" | ") for table in tables for line in table.read_text().splitlines()
                 if re.match(r"\| .* \| (dev|held out) \| ", line)]
         ratios = [float(row[8].split()[0]) for row in rows]
         if index == 0:
