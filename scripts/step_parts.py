@@ -19,7 +19,9 @@ is where the model misses a cost. The measured spans are means over the timed st
 (they add up to the mean step, which the run's samples/s comes from), the median over
 repeats. Last, the last bucket's sync after its hook handed it over (its collectives and,
 with PowerSGD, the chain of hook work between them), as each N-node repeat measured it,
-beside what the model charges for it. And the step until backward ends against the
+beside what the model charges for it; and the first bucket's, which on CPU runs beside
+backward, beside the sweep's figures for its collectives alone (time, gloo's CPU time) and
+beside compute (time, compute taken). And the step until backward ends against the
 one-node timeline's end of backward (where the model starts), beside what the model adds
 there, part by part: the compute's pace with the hosts in phase, the waits for the slowest
 rank, the CPU time the syncs take from backward, and the buffer broadcasts.
@@ -211,18 +213,42 @@ def growth(records: list[dict], sweeps: list[dict]) -> str:
         "no N-node cell with a one-node timeline and a sweep over as many nodes"
 
 
-def _last_chain_s(rec: dict) -> float | None:
-    """The N-node record's last bucket: from its hook's hand-over to its sync done (its
-    collectives and its hook's work after them, as rank 0's bucket timeline stamped it)."""
+def _chain_s(rec: dict, bucket: int) -> float | None:
+    """The N-node record's bucket ``bucket`` (0 the first, -1 the last): from its hook's
+    hand-over to its sync done (its collectives and its hook's work after them, as rank 0's
+    bucket timeline stamped it)."""
     timeline = rec.get("bucket_timeline")
     if not isinstance(timeline, dict):
         return None
     issued, done = timeline.get("issued_s"), timeline.get("done_s")
     if not (isinstance(issued, list) and isinstance(done, list) and issued
             and len(issued) == len(done)
-            and all(isinstance(t, (int, float)) for t in (issued[-1], done[-1]))):
+            and all(isinstance(t, (int, float)) for t in (issued[bucket], done[bucket]))):
         return None
-    return max(0.0, done[-1] - issued[-1])
+    return max(0.0, done[bucket] - issued[bucket])
+
+
+def _bucket_rows(records: list[dict], sweeps: list[dict], bucket: int):
+    """Per setup with a bucket timeline and N-node cell with a sweep over as many ranks:
+    (hook, nodes, the one-node timeline, the link, each N-node repeat's ``_chain_s``)."""
+    for key, repeats in single_node_repeats(records).items():
+        timeline = Timeline.of(median_repeat(repeats))
+        if not timeline.sent_bytes:
+            continue
+        chosen = sweeps_for_hook(sweeps, key[-1])
+        by_nodes: dict[tuple[int, object], list[float]] = {}
+        for rec in record.training(records):
+            chain = _chain_s(rec, bucket) if rec.get("status") == "ok" else None
+            if chain is not None and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1:
+                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(chain)
+        for (nodes, rate), chains in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
+            over = _sweeps_over(chosen, nodes, rate)
+            if over:
+                yield key[-1], nodes, timeline, LinkRange.of_sweeps(over).point, chains
+
+
+def _each_ms(chains: list[float]) -> str:
+    return ", ".join(f"{c * 1e3:.1f}" for c in chains)
 
 
 def last_bucket(records: list[dict], sweeps: list[dict]) -> str:
@@ -232,28 +258,36 @@ def last_bucket(records: list[dict], sweeps: list[dict]) -> str:
     link) plus the hook's own work as the one-node timeline measured it."""
     lines = ["| hook | nodes | last bucket sends kB | charged: collectives + hook work = ms "
              "| measured ms (each N-node repeat) |", "|---|---|---|---|---|"]
-    for key, repeats in single_node_repeats(records).items():
-        hook = key[-1]
-        timeline = Timeline.of(median_repeat(repeats))
-        if not timeline.sent_bytes:
-            continue
-        chosen = sweeps_for_hook(sweeps, hook)
-        by_nodes: dict[tuple[int, object], list[float]] = {}
-        for rec in record.training(records):
-            chain = _last_chain_s(rec) if rec.get("status") == "ok" else None
-            if chain is not None and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1:
-                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(chain)
-        for (nodes, rate), chains in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
-            over = _sweeps_over(chosen, nodes, rate)
-            if not over:
-                continue
-            link = LinkRange.of_sweeps(over).point
-            calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[-1]
-            collectives = calls * link.allreduce_s(sent / calls, nodes)
-            work = timeline.hook_work(len(timeline.sent_bytes) - 1)
-            lines.append(f"| {hook} | {nodes} | {sent / 1e3:.1f} | {collectives * 1e3:.1f} + "
-                         f"{work * 1e3:.1f} = {(collectives + work) * 1e3:.1f} | "
-                         + ", ".join(f"{c * 1e3:.1f}" for c in chains) + " |")
+    for hook, nodes, timeline, link, chains in _bucket_rows(records, sweeps, -1):
+        calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[-1]
+        collectives = calls * link.allreduce_s(sent / calls, nodes)
+        work = timeline.hook_work(len(timeline.sent_bytes) - 1)
+        lines.append(f"| {hook} | {nodes} | {sent / 1e3:.1f} | {collectives * 1e3:.1f} + "
+                     f"{work * 1e3:.1f} = {(collectives + work) * 1e3:.1f} | "
+                     f"{_each_ms(chains)} |")
+    return "\n".join(lines) if len(lines) > 2 else \
+        "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
+
+
+def first_bucket(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: the first bucket's sync after its hand-over, measured in
+    each N-node repeat (on CPU, beside backward for as long as backward runs), beside the
+    sweep's figures for its collectives (calls per bucket, each of its share of the
+    bytes): their time alone and the CPU time gloo spent on them, and, where the sweep
+    probed the hosts beside compute, their time there and the compute they took from it,
+    which the model charges while backward runs."""
+    lines = ["| hook | nodes | first bucket sends kB | alone: ms, gloo's CPU ms | beside "
+             "compute: ms, compute taken ms | measured ms (each N-node repeat) |",
+             "|---|---|---|---|---|---|"]
+    for hook, nodes, timeline, link, chains in _bucket_rows(records, sweeps, 0):
+        calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[0]
+        alone = (calls * link.allreduce_s(sent / calls, nodes),
+                 calls * link.allreduce_cpu_s(sent / calls, nodes))
+        beside = "-" if link.beside is None else (
+            f"{calls * link.beside.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
+            f"{calls * link.beside.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
+        lines.append(f"| {hook} | {nodes} | {sent / 1e3:.1f} | {alone[0] * 1e3:.1f}, "
+                     f"{alone[1] * 1e3:.1f} | {beside} | {_each_ms(chains)} |")
     return "\n".join(lines) if len(lines) > 2 else \
         "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
 
@@ -282,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## the last bucket's sync after its hand-over (measured over N ranks, "
               "and what the model charges)\n")
         print(last_bucket(records, sweeps))
+        print("\n## the first bucket's sync after its hand-over (measured over N ranks, and "
+              "the sweep's figures for it)\n")
+        print(first_bucket(records, sweeps))
         print("\n## until backward ends, against the one-node timeline's end of backward "
               "(measured, and what the model adds)\n")
         print(growth(records, sweeps))

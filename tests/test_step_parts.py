@@ -218,3 +218,44 @@ def test_what_the_model_adds_until_backward_ends_is_shown_part_by_part():
             assert abs(float(predicted.strip("()")) - start - sum(parts) * 1e3) < 0.11
             rows += 1
     assert rows == 6
+
+
+def test_the_first_buckets_sync_is_set_beside_the_sweeps_figures_alone_and_beside_compute():
+    """Each N-node repeat's first bucket, hand-over to done, beside its collectives' time
+    and gloo's CPU time alone, and their time and the compute taken beside compute, each at
+    the sweep over as many ranks as the cell."""
+    from bench.analysis.predict import (
+        LinkRange,
+        median_repeat,
+        single_node_repeats,
+        sweeps_for_hook,
+    )
+    from bench.analysis.prediction import Timeline
+
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
+                           "--link-from", str(NODES / "1gbit-comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("## the first bucket's sync")[1].split("\n## ")[0]
+    records = record.load(NODES / "1gbit.jsonl")
+    sweeps = record.link_sweeps(record.load(NODES / "1gbit-comm.jsonl"))
+    for key, repeats in single_node_repeats(records).items():
+        hook = key[-1]
+        timeline = Timeline.of(median_repeat(repeats))
+        calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[0]
+        for nodes in (2, 3, 4):
+            (row,) = [line for line in table.splitlines()
+                      if line.startswith(f"| {hook} | {nodes} |")]
+            cells = [c.strip() for c in row.split("|")[1:-1]]
+            link = LinkRange.of_sweeps([s for s in sweeps_for_hook(sweeps, hook)
+                                        if s.get("nnodes") == nodes]).point
+            assert link.beside is not None
+            assert cells[2] == f"{sent / 1e3:.1f}"
+            assert cells[3] == (f"{calls * link.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
+                                f"{calls * link.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
+            assert cells[4] == (
+                f"{calls * link.beside.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
+                f"{calls * link.beside.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
+            chains = [r["bucket_timeline"]["done_s"][0] - r["bucket_timeline"]["issued_s"][0]
+                      for r in records if r.get("comm_hook") == hook and r.get("nnodes") == nodes]
+            assert len(chains) == 3 and cells[5] == ", ".join(f"{c * 1e3:.1f}" for c in chains)
