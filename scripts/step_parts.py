@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -131,17 +132,23 @@ def _sweeps_over(sweeps: list[dict], nodes: int, rate: object) -> list[dict]:
             and _rate(s) == rate]
 
 
-def against_model(records: list[dict], sweeps: list[dict]) -> str:
-    """Per setup and node count: the measured spans of the step (medians over repeats)
-    beside the prediction's, from the setup's one-node repeats and the sweeps."""
+def _n_node_parts(records: list[dict]) -> dict[tuple, list[dict[str, float]]]:
+    """Each N-node cell's repeats, by (setup, nodes, link rate): the parts' means over the
+    timed steps, which add up to the step the run's samples/s comes from. As bench predict
+    compares: even nodes, on the link rate the sweeps measured."""
     measured: dict[tuple, list[dict[str, float]]] = {}
     for rec in record.training(records):
-        # Means: the spans then add up to the step the run's samples/s comes from.
         parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
-        # As bench predict compares: even nodes, on the link rate the sweeps measured.
         if parts and (rec.get("nnodes") or 1) > 1 and not Topology.of_record(rec).uneven:
             measured.setdefault((setup_key(rec), int(rec["nnodes"]), _rate(rec)),
                                 []).append(parts)
+    return measured
+
+
+def against_model(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: the measured spans of the step (medians over repeats)
+    beside the prediction's, from the setup's one-node repeats and the sweeps."""
+    measured = _n_node_parts(records)
     lines = ["| hook | nodes | until backward ends ms (predicted) | sync waited ms (predicted) "
              "| rest ms (predicted) | step ms (predicted) | measured / predicted samples/s |",
              "|---|---|---|---|---|---|---|"]
@@ -187,12 +194,8 @@ def growth(records: list[dict], sweeps: list[dict]) -> str:
     """Per setup and node count: the step until backward ends, measured (as in
     ``against_model``) less the one-node timeline's end of backward, the model's start,
     beside what the model adds to that, part by part (``predicted_growth``)."""
-    cells: dict[tuple, list[float]] = {}
-    for rec in record.training(records):
-        parts = cell_parts(rec, "mean") if rec.get("status") == "ok" else None
-        if parts and (rec.get("nnodes") or 1) > 1 and not Topology.of_record(rec).uneven:
-            cells.setdefault((setup_key(rec), int(rec["nnodes"]), _rate(rec)),
-                             []).append(_span(parts, UNTIL_BACKWARD))
+    cells = {cell: [_span(parts, UNTIL_BACKWARD) for parts in repeats]
+             for cell, repeats in _n_node_parts(records).items()}
     lines = ["| hook | nodes | one-node timeline ms | measured ms | predicted ms: in phase + "
              "slowest rank + CPU taken + buffers = in all |", "|---|---|---|---|---|"]
     for key, repeats in single_node_repeats(records).items():
@@ -228,7 +231,8 @@ def _chain_s(rec: dict, bucket: int) -> float | None:
     return max(0.0, done[bucket] - issued[bucket])
 
 
-def _bucket_rows(records: list[dict], sweeps: list[dict], bucket: int):
+def _bucket_rows(records: list[dict], sweeps: list[dict], bucket: int
+                 ) -> Iterator[tuple[str, int, Timeline, Link, list[float]]]:
     """Per setup with a bucket timeline and N-node cell with a sweep over as many ranks:
     (hook, nodes, the one-node timeline, the link, each N-node repeat's ``_chain_s``)."""
     for key, repeats in single_node_repeats(records).items():

@@ -259,3 +259,23 @@ def test_the_first_buckets_sync_is_set_beside_the_sweeps_figures_alone_and_besid
             chains = [r["bucket_timeline"]["done_s"][0] - r["bucket_timeline"]["issued_s"][0]
                       for r in records if r.get("comm_hook") == hook and r.get("nnodes") == nodes]
             assert len(chains) == 3 and cells[5] == ", ".join(f"{c * 1e3:.1f}" for c in chains)
+
+
+def test_a_sweep_not_probed_beside_compute_leaves_that_column_empty(tmp_path):
+    """Without the sweep's probe beside compute the first bucket has no figure there: a
+    dash, not a number the sweep did not measure."""
+    sweeps = []
+    for rec in record.load(NODES / "1gbit-comm.jsonl"):
+        rec = copy.deepcopy(rec)
+        for size in rec["sizes"]:
+            size.pop("beside_compute", None)
+        sweeps.append(rec)
+    (tmp_path / "comm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sweeps))
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
+                           "--link-from", str(tmp_path / "comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("## the first bucket's sync")[1].split("\n## ")[0]
+    rows = [line.split("|")[1:-1] for line in table.splitlines()
+            if line.startswith(("| none |", "| powersgd |"))]
+    assert len(rows) == 6 and all(row[4].strip() == "-" for row in rows), rows
