@@ -6,6 +6,7 @@ import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from bench import record
 from tests.conftest import REPO
@@ -170,60 +171,24 @@ def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
 NODES = REPO / "results" / "reference" / "accuracy-grid-nodes-2" / "run-2" / "smallcnn-b64-1gbit"
 
 
-def test_what_the_model_adds_until_backward_ends_is_shown_part_by_part():
-    """At 2-4 nodes, each against the sweep over as many ranks: the step until backward
-    ends, measured and predicted, against the one-node timeline's end of backward (where
-    the model starts), the prediction split into the hosts' pace in phase, the waits for
-    the slowest rank, the CPU time the syncs take and the buffer broadcasts; its sum is
-    the predicted span of the table before it."""
-    from bench.analysis.predict import (
-        LinkRange,
-        median_repeat,
-        single_node_repeats,
-        sweeps_for_hook,
-    )
-    from bench.analysis.prediction import Timeline, predict_step
-
+def _step_parts_on_nodes(comm: Path = NODES / "1gbit-comm.jsonl") -> str:
+    """step_parts.py's output on the 2-4 node records, against the sweeps in ``comm``."""
     proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
-                           "--link-from", str(NODES / "1gbit-comm.jsonl")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+                           "--link-from", str(comm)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
-    against = proc.stdout.split("## against the prediction")[1].split("## the last bucket")[0]
-    growth = proc.stdout.split("## until backward ends, against")[1]
-    records = record.load(NODES / "1gbit.jsonl")
-    sweeps = record.link_sweeps(record.load(NODES / "1gbit-comm.jsonl"))
-    rows = 0
-    for key, repeats in single_node_repeats(records).items():
-        hook = key[-1]
-        timeline = Timeline.of(median_repeat(repeats))
-        for nodes in (2, 3, 4):
-            (row,) = [line for line in growth.splitlines()
-                      if line.startswith(f"| {hook} | {nodes} |")]
-            cells = [c.strip() for c in row.split("|")[1:-1]]
-            link = LinkRange.of_sweeps([s for s in sweeps_for_hook(sweeps, hook)
-                                        if s.get("nnodes") == nodes]).point
-            p = predict_step(timeline, link, nodes)
-            stretch = (link.in_phase_factor(timeline.workload) - 1) * timeline.backward_end_s
-            parts = (stretch, p.skew_s, p.stolen_s, p.buffers_s)
-            assert p.stolen_s > 0 and stretch != 0, parts   # each part is read, none left out
-            assert cells[2] == f"{timeline.backward_end_s * 1e3:.1f}"
-            assert cells[4] == (" + ".join(f"{x * 1e3:.1f}" for x in parts)
-                                + f" = {sum(parts) * 1e3:+.1f}")
-            # The same spans as the table before: measured and predicted until backward ends.
-            (before,) = [line for line in against.splitlines()
-                         if line.startswith(f"| {hook} | {nodes} |")]
-            measured, predicted = before.split("|")[3].split()
-            start = timeline.backward_end_s * 1e3
-            assert abs(float(measured) - start - float(cells[3])) < 0.11
-            assert abs(float(predicted.strip("()")) - start - sum(parts) * 1e3) < 0.11
-            rows += 1
-    assert rows == 6
+    return proc.stdout
 
 
-def test_the_first_buckets_sync_is_set_beside_the_sweeps_figures_alone_and_beside_compute():
-    """Each N-node repeat's first bucket, hand-over to done, beside its collectives' time
-    and gloo's CPU time alone, and their time and the compute taken beside compute, each at
-    the sweep over as many ranks as the cell."""
+def _section(output: str, title: str) -> str:
+    """The text of the section whose heading starts ``## title``, up to the next one."""
+    return output.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def _each_n_node_cell(table: str):
+    """Per hook and node count of the 2-4 node records: (hook, nodes, the one-node
+    timeline, the point link of the sweeps over as many ranks, the table's row for it as
+    cells), each computed here as bench predict does, apart from the script."""
     from bench.analysis.predict import (
         LinkRange,
         median_repeat,
@@ -232,33 +197,71 @@ def test_the_first_buckets_sync_is_set_beside_the_sweeps_figures_alone_and_besid
     )
     from bench.analysis.prediction import Timeline
 
-    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
-                           "--link-from", str(NODES / "1gbit-comm.jsonl")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.split("## the first bucket's sync")[1].split("\n## ")[0]
     records = record.load(NODES / "1gbit.jsonl")
     sweeps = record.link_sweeps(record.load(NODES / "1gbit-comm.jsonl"))
     for key, repeats in single_node_repeats(records).items():
         hook = key[-1]
         timeline = Timeline.of(median_repeat(repeats))
-        calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[0]
         for nodes in (2, 3, 4):
             (row,) = [line for line in table.splitlines()
                       if line.startswith(f"| {hook} | {nodes} |")]
-            cells = [c.strip() for c in row.split("|")[1:-1]]
             link = LinkRange.of_sweeps([s for s in sweeps_for_hook(sweeps, hook)
                                         if s.get("nnodes") == nodes]).point
-            assert link.beside is not None
-            assert cells[2] == f"{sent / 1e3:.1f}"
-            assert cells[3] == (f"{calls * link.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
-                                f"{calls * link.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
-            assert cells[4] == (
-                f"{calls * link.beside.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
-                f"{calls * link.beside.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
-            chains = [r["bucket_timeline"]["done_s"][0] - r["bucket_timeline"]["issued_s"][0]
-                      for r in records if r.get("comm_hook") == hook and r.get("nnodes") == nodes]
-            assert len(chains) == 3 and cells[5] == ", ".join(f"{c * 1e3:.1f}" for c in chains)
+            yield hook, nodes, timeline, link, [c.strip() for c in row.split("|")[1:-1]]
+
+
+def test_what_the_model_adds_until_backward_ends_is_shown_part_by_part():
+    """At 2-4 nodes, each against the sweep over as many ranks: the step until backward
+    ends, measured and predicted, against the one-node timeline's end of backward (where
+    the model starts), the prediction split into the hosts' pace in phase, the waits for
+    the slowest rank, the CPU time the syncs take and the buffer broadcasts; its sum is
+    the predicted span of the table before it."""
+    from bench.analysis.prediction import predict_step
+
+    output = _step_parts_on_nodes()
+    against = _section(output, "against the prediction")
+    rows = 0
+    for hook, nodes, timeline, link, cells in _each_n_node_cell(
+            _section(output, "until backward ends, against")):
+        p = predict_step(timeline, link, nodes)
+        stretch = (link.in_phase_factor(timeline.workload) - 1) * timeline.backward_end_s
+        parts = (stretch, p.skew_s, p.stolen_s, p.buffers_s)
+        assert p.stolen_s > 0 and stretch != 0, parts   # each part is read, none left out
+        assert cells[2] == f"{timeline.backward_end_s * 1e3:.1f}"
+        assert cells[4] == (" + ".join(f"{x * 1e3:.1f}" for x in parts)
+                            + f" = {sum(parts) * 1e3:+.1f}")
+        # The same spans as the table before: measured and predicted until backward ends.
+        (before,) = [line for line in against.splitlines()
+                     if line.startswith(f"| {hook} | {nodes} |")]
+        measured, predicted = before.split("|")[3].split()
+        start = timeline.backward_end_s * 1e3
+        assert abs(float(measured) - start - float(cells[3])) < 0.11
+        assert abs(float(predicted.strip("()")) - start - sum(parts) * 1e3) < 0.11
+        rows += 1
+    assert rows == 6
+
+
+def test_the_first_buckets_sync_is_set_beside_the_sweeps_figures_alone_and_beside_compute():
+    """Each N-node repeat's first bucket, hand-over to done, beside its collectives' time
+    and gloo's CPU time alone, and their time and the compute taken beside compute, each at
+    the sweep over as many ranks as the cell."""
+    records = record.load(NODES / "1gbit.jsonl")
+    rows = 0
+    for hook, nodes, timeline, link, cells in _each_n_node_cell(
+            _section(_step_parts_on_nodes(), "the first bucket's sync")):
+        calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[0]
+        assert link.beside is not None
+        assert cells[2] == f"{sent / 1e3:.1f}"
+        assert cells[3] == (f"{calls * link.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
+                            f"{calls * link.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
+        assert cells[4] == (
+            f"{calls * link.beside.allreduce_s(sent / calls, nodes) * 1e3:.1f}, "
+            f"{calls * link.beside.allreduce_cpu_s(sent / calls, nodes) * 1e3:.1f}")
+        chains = [r["bucket_timeline"]["done_s"][0] - r["bucket_timeline"]["issued_s"][0]
+                  for r in records if r.get("comm_hook") == hook and r.get("nnodes") == nodes]
+        assert len(chains) == 3 and cells[5] == ", ".join(f"{c * 1e3:.1f}" for c in chains)
+        rows += 1
+    assert rows == 6
 
 
 def test_a_sweep_not_probed_beside_compute_leaves_that_column_empty(tmp_path):
@@ -271,11 +274,7 @@ def test_a_sweep_not_probed_beside_compute_leaves_that_column_empty(tmp_path):
             size.pop("beside_compute", None)
         sweeps.append(rec)
     (tmp_path / "comm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sweeps))
-    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(NODES / "1gbit.jsonl"),
-                           "--link-from", str(tmp_path / "comm.jsonl")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.split("## the first bucket's sync")[1].split("\n## ")[0]
+    table = _section(_step_parts_on_nodes(tmp_path / "comm.jsonl"), "the first bucket's sync")
     rows = [line.split("|")[1:-1] for line in table.splitlines()
             if line.startswith(("| none |", "| powersgd |"))]
     assert len(rows) == 6 and all(row[4].strip() == "-" for row in rows), rows
