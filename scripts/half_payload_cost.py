@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hook_cost import pinned_gloo_rank  # noqa: E402
+from hook_cost import pinned_gloo_rank, positive_count  # noqa: E402
 
 from bench.config import OneLineErrorParser  # noqa: E402
 
@@ -48,8 +48,8 @@ def payloads(count: int, rank: int) -> dict[str, torch.Tensor]:
 
 def main() -> int:
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--elements", type=int, default=2 * 2**20)
-    parser.add_argument("--tries", type=int, default=40)
+    parser.add_argument("--elements", type=positive_count, default=2 * 2**20)
+    parser.add_argument("--tries", type=positive_count, default=40)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     rank, world = pinned_gloo_rank()

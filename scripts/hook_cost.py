@@ -35,25 +35,39 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.config import ModelConfig, OneLineErrorParser  # noqa: E402
+from bench.config import ConfigError, ModelConfig, OneLineErrorParser  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MATRIX = 512    # the sweep's beside-compute matmul (bench.rank.compute_probe.BUSY_MATRIX)
 
 
+def positive_count(text: str) -> int:
+    """A count flag's value (tries, rounds, steps, elements, a batch): a whole number of at
+    least 1, or argparse's one-line error naming the flag."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     """The workload's flags, as this script and ``hook_steps.py`` take them."""
     parser.add_argument("--model", default="smallcnn")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=None)
-    parser.add_argument("--mlp-width", type=int, default=1024)
-    parser.add_argument("--mlp-depth", type=int, default=2)
+    parser.add_argument("--batch-size", type=positive_count, default=16)
+    parser.add_argument("--image-size", type=positive_count, default=None)
+    parser.add_argument("--mlp-width", type=positive_count, default=1024)
+    parser.add_argument("--mlp-depth", type=positive_count, default=2)
 
 
-def workload_config(args: argparse.Namespace) -> ModelConfig:
-    return ModelConfig(model=args.model, image_size=args.image_size,
-                       mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+def workload_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ModelConfig:
+    """The workload's model config, validated before any rank starts: a bad value is the
+    parser's one-line error (exit 2)."""
+    try:
+        return ModelConfig(model=args.model, image_size=args.image_size,
+                           mlp_width=args.mlp_width, mlp_depth=args.mlp_depth)
+    except ConfigError as error:
+        parser.error(str(error))
 
 
 def pinned_gloo_rank() -> tuple[int, int]:
@@ -70,11 +84,11 @@ def pinned_gloo_rank() -> tuple[int, int]:
 def main() -> int:
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     add_workload_flags(parser)
-    parser.add_argument("--tries", type=int, default=60)
+    parser.add_argument("--tries", type=positive_count, default=60)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    cfg = workload_config(args, parser)
     rank, world = pinned_gloo_rank()
-    cfg = workload_config(args)
     model = build_model(cfg, 10)
     batch = torch.randn(args.batch_size, *input_shape(cfg))
     labels = torch.randint(0, 10, (args.batch_size,))

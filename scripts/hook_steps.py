@@ -33,7 +33,12 @@ from bench.config import OneLineErrorParser  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hook_cost import add_workload_flags, pinned_gloo_rank, workload_config  # noqa: E402
+from hook_cost import (  # noqa: E402
+    add_workload_flags,
+    pinned_gloo_rank,
+    positive_count,
+    workload_config,
+)
 
 CLASSES = 1000      # synthetic data's classes, as the trainer's
 HOOKS = ("none", "fp16", "bf16")
@@ -44,8 +49,8 @@ HALF_ZERO = 2.0 ** -25                               # under this, float16 round
 def main() -> int:
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     add_workload_flags(parser)
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=20, help="steps a round, per hook")
+    parser.add_argument("--rounds", type=positive_count, default=8)
+    parser.add_argument("--steps", type=positive_count, default=20, help="steps a round, per hook")
     parser.add_argument("--hooks", default="none,fp16,bf16")
     parser.add_argument("--bucket-view", action="store_true",
                         help="gradient_as_bucket_view=True, as the trainer's DDP")
@@ -58,13 +63,13 @@ def main() -> int:
     if not names or not set(names) <= set(HOOKS) or len(set(names)) != len(names):
         parser.error(f"--hooks {args.hooks!r}: give each of {', '.join(HOOKS)} at most once, "
                      "comma-separated")
+    cfg = workload_config(args, parser)
     rank, world = pinned_gloo_rank()
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     hooks = {"none": None, "fp16": default_hooks.fp16_compress_hook,
              "bf16": default_hooks.bf16_compress_hook}
-    cfg = workload_config(args)
     torch.manual_seed(0)
     model = build_model(cfg, CLASSES)
     torch.manual_seed(1 + rank)          # each rank its own fixed batch, as the trainer's
