@@ -155,3 +155,33 @@ def test_the_fault_benchmark_tallies_each_condition(tmp_path, capsys):
     # Its outputs are its own: a stranger's file there is refused before anything runs.
     (tmp_path / "accept-faults.md").write_text("mine\n")
     assert faults.main(["--out", str(tmp_path), "--analyse-only"]) == 2
+
+
+def test_the_fault_benchmark_counts_each_device_check_apart(tmp_path, capsys):
+    faults = _faults_script()
+    figures = {"clean-1": [("memory bandwidth", 80.0), ("memory bandwidth", 95.0),
+                           ("matmul fp32", 99.0)],
+               "clean-2": [("memory bandwidth", 89.9), ("matmul fp32", 110.0)]}
+    for name, rows in figures.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "accept.json").write_text(json.dumps({"rows": [
+            {"stage": "device", "subject": f"node {i} vm rank {i}", "check": check,
+             "measured": measured, "expected": 100.0, "status": "PASS"}
+            for i, (check, measured) in enumerate(rows)]
+            + [{"stage": "link", "check": "all-reduce", "measured": 1.0, "expected": 9.0}]}))
+    # A run that cannot be read, and one that is no verdict, are skipped naming their file.
+    (tmp_path / "clean-3").mkdir()
+    (tmp_path / "clean-3" / "accept.json").write_text("{not json")
+    (tmp_path / "clean-4").mkdir()
+    (tmp_path / "clean-4" / "accept.json").write_text('["rows"]')
+    checks = {row["check"]: row for row in faults.by_check(tmp_path)}
+    err = capsys.readouterr().err
+    assert "clean-3/accept.json: skipped" in err and "clean-4/accept.json: skipped" in err
+    assert set(checks) == {"memory bandwidth", "matmul fp32"}      # device rows only
+    memory, matmul = checks["memory bandwidth"], checks["matmul fp32"]
+    assert (memory["rows"], memory["short_10"]) == (3, 2)          # 20% and 10.1% below
+    assert memory["largest_shortfall"] == pytest.approx(0.2)
+    assert (matmul["rows"], matmul["short_10"]) == (2, 0)
+    assert matmul["largest_shortfall"] == pytest.approx(0.01)
+    text = faults.markdown([], "device", faults.by_check(tmp_path))
+    assert "| clean | memory bandwidth | 3 | 2 | 20.0% |" in text

@@ -58,7 +58,10 @@ def test_a_fault_fails_the_row_that_names_its_host(lab_host, tmp_path, condition
     verdict = json.loads((tmp_path / "accept.json").read_text())
     failed = [(row["stage"], row["subject"]) for row in verdict["rows"]
               if row["status"] == "FAIL"]
-    assert proc.returncode == (1 if expect else 0), proc.stderr[-3000:]
+    # Every row that did not pass, whole (its figures and reason), for a CI log to show.
+    context = "".join(f"\nnot PASS: {json.dumps(row)}" for row in verdict["rows"]
+                      if row["status"] != "PASS")
+    assert proc.returncode == (1 if expect else 0), proc.stderr[-3000:] + context
     assert verdict["exit_code"] == proc.returncode
     assert (tmp_path / "accept-figures.html").exists()      # the report, verdict first
     if not expect:
@@ -70,15 +73,16 @@ def test_a_fault_fails_the_row_that_names_its_host(lab_host, tmp_path, condition
         return
     if expect == "data":
         # Every node's read is short, with its figures; the rows blame what they share.
-        assert {stage for stage, _ in failed} == {"data"}, failed
-        assert len(failed) == faults.HOSTS, failed
+        assert {stage for stage, _ in failed} == {"data"}, f"{failed}{context}"
+        assert len(failed) == faults.HOSTS, f"{failed}{context}"
         for row in (r for r in verdict["rows"] if r["status"] == "FAIL"):
             assert row["measured"] < row["expected"], row
             assert "training needs" in row["reason"] and "the data server" in row["reason"]
         return
     # Every failed row names host 2, and the stage of the fault failed.
-    assert failed and all(f"node {faults.FAULTY}" in subject for _, subject in failed), failed
-    assert expect in {stage for stage, _ in failed}, failed
+    assert failed and all(f"node {faults.FAULTY}" in subject for _, subject in failed), \
+        f"{failed}{context}"
+    assert expect in {stage for stage, _ in failed}, f"{failed}{context}"
     rows = [row for row in verdict["rows"] if row["status"] == "FAIL"]
     if expect == "device":
         # The quota takes CPU time, not device speed: host 2's CPU time row fails, below
