@@ -1,7 +1,7 @@
 """``bench accept`` on four emulated hosts with real faults (issue 27), at test scale: the
 conditions of ``scripts/accept_faults.py`` (which measures the rates), one run each.
 
-The kernel's own mechanisms make the faults: a host's cgroup CPU quota cut to a quarter, a
+The kernel's own mechanisms make the faults: a host's cgroup CPU quota cut to half, a
 host's link shaped to a tenth of the others', the link of the NFS server (the stack's own
 image, on its own emulated host) shaped so that the nodes cannot read the dataset as fast as
 they train. A clean cluster passes every row, the data stage's over NFS included.
