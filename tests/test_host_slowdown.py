@@ -119,6 +119,105 @@ def test_host_links_parse_entry_by_entry(words):
     assert [r is None for r in rates] == [not w for w in words]
 
 
+# --- each host's CPUs, chosen (--host-cpus) ----------------------------------------------------
+def test_host_cpus_place_each_host_and_one_list_holds_every_host(two_cpus):
+    assert netns.cpus_per_host(_options(host_cpus="0/0/1/1")) == [[0], [0], [1], [1]]
+    assert netns.cpus_per_host(_options(host_cpus="0-1/1,0/0/1")) == [[0, 1], [0, 1], [0], [1]]
+    assert netns.cpus_per_host(_options(host_cpus="0")) == [[0]] * 4
+    # Without it, the even deal --cpus-per-node makes: four hosts on two CPUs, one each.
+    assert netns.cpus_per_host(_options()) == [[0], [1], [0], [1]]
+    assert netns.cpus_per_host(_options(cpus_per_node="2")) == [[0, 1]] * 4
+
+
+def test_the_lab_of_a_job_puts_each_host_on_its_chosen_cpus(two_cpus, tmp_path):
+    from bench.host.launchers.base import JobSpec
+
+    launcher = netns.NetnsLauncher(_options(host_cpus="0/0/1/1"))
+    job = JobSpec(job_id="j", module="bench.rank.train", workload_args=(),
+                  topology=Topology(2, 1), master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "runs.jsonl", log_dir=tmp_path, deadline_s=60)
+    lab = launcher.lab(job)
+    assert [node.cpus for node in lab.nodes] == [[0], [0], [1], [1]]
+    # Each node's command (the job's two, then the two neighbours) runs on its CPUs.
+    pinned = [c.argv[c.argv.index("taskset") + 2]
+              for c in netns.commands(lab, job, tmp_path / "neighbours.jsonl")]
+    assert pinned == ["0", "0", "1", "1"]
+    assert "host 0: 0, host 1: 0, host 2: 1, host 3: 1" in launcher.render(job)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "a CPU list per host"), ("0//1", "a CPU list per host"), ("-1", "a CPU list"),
+    ("a", "a CPU list"), ("0 1", "a CPU list"), ("2", "0-1"), ("1-0", "a range low-high"),
+    ("0-9999", "0-1"), ("0/1", "2 CPU lists for 4 emulated hosts"), ("٣", "a CPU list")])
+def test_a_bad_host_cpus_is_refused_naming_the_flag_the_value_and_the_fix(two_cpus, text,
+                                                                         says):
+    with pytest.raises(ConfigError) as caught:
+        _options(host_cpus=text)
+    assert caught.value.flag == "--host-cpus" and says in str(caught.value), caught.value
+    assert "e.g. 0/0/1/1" in str(caught.value)
+
+
+def test_host_cpus_and_cpus_per_node_are_not_given_together(two_cpus):
+    with pytest.raises(ConfigError, match="give it or --cpus-per-node, not both"):
+        _options(host_cpus="0/0/1/1", cpus_per_node="1")
+
+
+def test_a_quota_is_checked_against_its_own_hosts_cpus(two_cpus):
+    _options(host_cpus="0-1/0/0/1", host_cpu_quota="2,1,1,1")
+    with pytest.raises(ConfigError, match="each quota must be in 0.05-1 CPUs"):
+        _options(host_cpus="0-1/0/0/1", host_cpu_quota="2,2,1,1")
+
+
+@given(st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=3), min_size=1, max_size=6))
+def test_host_cpus_parse_back_from_their_text(hosts):
+    os_count = os.cpu_count
+    os.cpu_count = lambda: 2        # not monkeypatch: a function-scoped fixture under @given
+    try:
+        text = "/".join(",".join(map(str, cpus)) for cpus in hosts)
+        assert netns.parse_host_cpus(text, "--host-cpus") == tuple(
+            tuple(sorted(set(cpus))) for cpus in hosts)
+    finally:
+        os.cpu_count = os_count
+
+
+@given(st.text(max_size=30))
+def test_any_host_cpus_text_parses_to_the_machines_cpus_or_is_refused(text):
+    try:
+        hosts = netns.parse_host_cpus(text, "--host-cpus")
+    except ConfigError as error:
+        assert error.flag == "--host-cpus"
+    else:
+        total = os.cpu_count() or 1
+        assert hosts and all(cpus and all(0 <= c < total for c in cpus) for cpus in hosts)
+
+
+def test_hosts_sharing_a_cpu_are_told_their_share_of_it(two_cpus):
+    # Two hosts on CPU 0, one alone on CPU 1: half a CPU each for the two, all of it alone.
+    lab = netlab.Lab(3, 10**9, node_cpus=[[0], [0], [1]])
+    assert [lab.env(node)["BENCH_LINK_CPU_SHARE"] for node in lab.nodes] == ["0.5", "0.5", "1"]
+    assert lab.cpu_share == 0.5
+    # Both hosts of a two-host lab on one CPU: half each, where the even deal gives one each.
+    assert netlab.Lab(2, 10**9, node_cpus=[[0], [0]]).cpu_share == 0.5
+    assert netlab.Lab(2, 10**9).cpu_share == 1.0
+    # The even deal spelled out is the even deal.
+    assert netlab.Lab(4, 10**9, node_cpus=[[0], [1], [0], [1]]).cpu_share == 0.5
+    quota = netlab.Lab(2, 10**9, node_cpus=[[0], [0]], cpu_quotas=[0.3, None])
+    assert [quota.share_of(node) for node in quota.nodes] == [0.3, 0.5]
+
+
+def test_a_lab_refuses_cpu_sets_that_do_not_fit(two_cpus):
+    with pytest.raises(netlab.LabError, match="1 CPU set"):
+        netlab.Lab(2, 10**9, node_cpus=[[0]])
+    with pytest.raises(netlab.LabError, match="one of this machine's 0-1"):
+        netlab.Lab(2, 10**9, node_cpus=[[0], [2]])
+    with pytest.raises(netlab.LabError, match="at least one"):
+        netlab.Lab(2, 10**9, node_cpus=[[0], []])
+    with pytest.raises(netlab.LabError, match="give one"):
+        netlab.Lab(2, 10**9, cpus_per_node=1, node_cpus=[[0], [1]])
+    with pytest.raises(netlab.LabError, match="its pinned CPUs"):
+        netlab.Lab(2, 10**9, node_cpus=[[0], [1]], cpu_quotas=[1.5, None])
+
+
 # --- the lab and what its nodes are told -------------------------------------------------------
 def test_each_node_is_told_its_own_rate_quota_and_share(two_cpus):
     lab = netlab.Lab(4, 10**9, node_rates=[None, None, None, 10**8],

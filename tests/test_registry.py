@@ -125,6 +125,7 @@ SAMPLES = {
     "--ssh-config": [str(EXAMPLE_ENV), "/no/such/config"],
     "--link": ["1gbit", "100mbit", "fast", "0"],
     "--cpus-per-node": ["1", "0", "x", "--1"],
+    "--host-cpus": ["0/0", "0-1", "0/1/0", "1-0", "9999", "0//1"],
     "--host-cpu-quota": ["0.5", "0.5,0.4", "0.25,0.5,0.5", "0", "nan", "2"],
     "--host-links": ["1gbit,100mbit", ",100mbit", "1gbit", ",,"],
     "--nfs-export": [str(EXAMPLE_ENV.parent), "/no/such/dir", "/tmp/a,b", "-x"],

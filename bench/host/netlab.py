@@ -22,11 +22,13 @@ cgroups of CPU quotas go the same ways. Needs root and iproute2.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import uuid
@@ -128,15 +130,37 @@ class Node:
         return cgroups.join_argv(self.cgroup, inside) if self.cgroup else inside
 
 
-def check_quotas(quotas: Sequence[float | None], nodes: int, cpus_per_node: int) -> None:
+def check_quotas(quotas: Sequence[float | None], pinned: Sequence[int]) -> None:
     """LabError unless there is one quota per node, each None or a finite number of CPUs
-    in [cgroups.MIN_QUOTA, cpus_per_node]."""
-    if len(quotas) != nodes:
-        raise LabError(f"{len(quotas)} CPU quota(s) for {nodes} node(s): give one per node")
-    for rank, quota in enumerate(quotas):
-        if quota is not None and not cgroups.MIN_QUOTA <= quota <= cpus_per_node:
+    in [cgroups.MIN_QUOTA, the CPUs pinned to that node]."""
+    if len(quotas) != len(pinned):
+        raise LabError(f"{len(quotas)} CPU quota(s) for {len(pinned)} node(s): give one per "
+                       "node")
+    for rank, (quota, cpus) in enumerate(zip(quotas, pinned, strict=True)):
+        if quota is not None and not cgroups.MIN_QUOTA <= quota <= cpus:
             raise LabError(f"node {rank}'s CPU quota {quota!r}: must be in "
-                           f"{cgroups.MIN_QUOTA:g}-{cpus_per_node} (its pinned CPUs)")
+                           f"{cgroups.MIN_QUOTA:g}-{cpus} (its pinned CPUs)")
+
+
+def placed_cpus(nodes: int, cpus_per_node: int | None,
+                node_cpus: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Each node's CPUs: ``node_cpus`` where given (one set per node, each CPU one of this
+    machine's), else ``cpus_per_node`` each (default: the machine's CPUs split evenly, at
+    least one), dealt round the machine's CPUs."""
+    total = os.cpu_count() or 1
+    if node_cpus:
+        if cpus_per_node is not None:
+            raise LabError("CPUs per node and a CPU set per node are both given: give one")
+        if len(node_cpus) != nodes:
+            raise LabError(f"{len(node_cpus)} CPU set(s) for {nodes} node(s): give one per "
+                           "node")
+        for rank, cpus in enumerate(node_cpus):
+            if not cpus or any(not 0 <= cpu < total for cpu in cpus):
+                raise LabError(f"node {rank}'s CPUs {list(cpus)}: each must be one of this "
+                               f"machine's 0-{total - 1}, at least one")
+        return [sorted(set(cpus)) for cpus in node_cpus]
+    per_node = cpus_per_node or max(1, total // nodes)
+    return [[(rank * per_node + i) % total for i in range(per_node)] for rank in range(nodes)]
 
 
 class Lab:
@@ -144,24 +168,25 @@ class Lab:
 
     def __init__(self, nodes: int, rate_bps: int, *, cpus_per_node: int | None = None,
                  node_rates: Sequence[int | None] = (),
-                 cpu_quotas: Sequence[float | None] = ()):
+                 cpu_quotas: Sequence[float | None] = (),
+                 node_cpus: Sequence[Sequence[int]] = ()):
         """``node_rates``: a rate per node (None: ``rate_bps``); ``cpu_quotas``: a quota
-        per node in CPUs (None: none). Empty: every node at ``rate_bps``, no quotas."""
+        per node in CPUs (None: none); ``node_cpus``: the CPUs of each node (instead of
+        ``cpus_per_node``). Empty: every node at ``rate_bps``, no quotas, CPUs dealt
+        round."""
         if not 1 <= nodes <= 253:  # a /24, with .254 kept for a server
             raise LabError(f"a lab has 1 to 253 nodes, not {nodes}")
         self.rate_bps = rate_bps
         self.rate = tc_rate(rate_bps)
         tag = f"{PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.switch = f"{tag}-sw"
-        total = os.cpu_count() or 1
-        per_node = cpus_per_node or max(1, total // nodes)
+        cpus = placed_cpus(nodes, cpus_per_node, node_cpus)
         rates = list(node_rates) or [None] * nodes
         quotas = list(cpu_quotas) or [None] * nodes
         if len(rates) != nodes:
             raise LabError(f"{len(rates)} link rate(s) for {nodes} node(s): give one per node")
-        check_quotas(quotas, nodes, per_node)
-        self.nodes = [Node(rank, f"{tag}-n{rank}", f"{SUBNET}.{rank + 1}",
-                           [(rank * per_node + i) % total for i in range(per_node)],
+        check_quotas(quotas, [len(c) for c in cpus])
+        self.nodes = [Node(rank, f"{tag}-n{rank}", f"{SUBNET}.{rank + 1}", cpus[rank],
                            rates[rank] or rate_bps, quotas[rank])
                       for rank in range(nodes)]
         self.server_rate_bps: int | None = None
@@ -292,18 +317,35 @@ class Lab:
     @property
     def cpu_share(self) -> float:
         """The share of its pinned CPUs a node has when every node is busy: 0.5 where four
-        nodes share two CPUs. The predictor runs gloo's CPU work at this pace."""
+        nodes share two CPUs. The predictor runs gloo's CPU work at this pace. Nodes
+        pinned unevenly (two on one CPU, one alone on another): the least of theirs."""
         total = os.cpu_count() or 1
-        pinned = sum(len(node.cpus) for node in self.nodes)
-        return min(1.0, total / pinned)
+        if self._pinned_evenly():
+            pinned = sum(len(node.cpus) for node in self.nodes)
+            return min(1.0, total / pinned)
+        return min(self._busy_share(node) for node in self.nodes)
+
+    def _pinned_evenly(self) -> bool:
+        """Every node on as many CPUs, dealt round them all (the default placement): the
+        fair scheduler then gives each the machine's CPUs over all their pins."""
+        return placed_cpus(len(self.nodes), len(self.nodes[0].cpus), ()) == \
+            [node.cpus for node in self.nodes]
+
+    def _busy_share(self, node: Node) -> float:
+        """``node``'s share of its CPUs when every node is busy: on each, one over the nodes
+        pinned to it (two nodes on CPU 0: half of it each)."""
+        sharing = collections.Counter(cpu for other in self.nodes for cpu in other.cpus)
+        return statistics.fmean(1 / sharing[cpu] for cpu in node.cpus)
 
     def share_of(self, node: Node) -> float:
         """``node``'s share of its pinned CPUs: its quota over them where it has one (the
         cgroup caps it there whatever its neighbours do; a quota above its fair share
-        still cannot take more than the CPUs give), else the lab's ``cpu_share``."""
+        still cannot take more than the CPUs give), else its share of them when every node
+        is busy (the lab's ``cpu_share`` where the nodes are pinned evenly)."""
+        share = self.cpu_share if self._pinned_evenly() else self._busy_share(node)
         if node.cpu_quota is None:
-            return self.cpu_share
-        return min(self.cpu_share, node.cpu_quota / len(node.cpus))
+            return share
+        return min(share, node.cpu_quota / len(node.cpus))
 
 
 @contextmanager

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -39,6 +40,9 @@ from bench.topology import Topology
 from bench.units import format_rate, parse_rate
 
 QUOTA_EXAMPLE = "e.g. 0.5 for every host, or one per host: 0.5,0.5,0.5,0.4"
+CPUS_EXAMPLE = ("e.g. 0/0/1/1 (hosts 0 and 1 on CPU 0, hosts 2 and 3 on CPU 1), 0-1/2-3 or "
+                "0,2/1,3: one CPU list per host, hosts apart by /")
+_CPU_ITEM = re.compile(r"(\d{1,4})(?:-(\d{1,4}))?", re.ASCII)
 LINKS_EXAMPLE = ("e.g. 1gbit,1gbit,1gbit,100mbit, one per host (an empty one: --link's "
                  "rate, as in ,,,100mbit)")
 
@@ -104,6 +108,29 @@ def parse_quotas(text: str, setting: str) -> tuple[float, ...]:
     return tuple(quotas)
 
 
+def parse_host_cpus(text: str, setting: str) -> tuple[tuple[int, ...], ...]:
+    """``"0/0/1/1"`` or ``"0-1/2,3"``: the CPUs of each host, hosts apart by ``/``, each a
+    list of CPUs and ranges as taskset takes them. Each CPU is one of this machine's; how
+    many hosts is NetnsOptions' check."""
+    total = os.cpu_count() or 1
+    hosts = []
+    for part in str(text).split("/"):
+        cpus: set[int] = set()
+        for item in part.split(","):
+            match = _CPU_ITEM.fullmatch(item.strip())
+            if match is None:
+                raise ConfigError(setting, text or "''", f"a CPU list per host, {CPUS_EXAMPLE}")
+            first = int(match[1])
+            last = int(match[2]) if match[2] is not None else first
+            if first > last or last >= total:
+                raise ConfigError(setting, text, f"CPU {item.strip()!r}: each CPU must be one "
+                                  f"of this machine's 0-{total - 1}, a range low-high, "
+                                  f"{CPUS_EXAMPLE}")
+            cpus.update(range(first, last + 1))
+        hosts.append(tuple(sorted(cpus)))
+    return tuple(hosts)
+
+
 def parse_host_links(text: str, setting: str) -> tuple[int | None, ...]:
     """``"1gbit,,,100mbit"``: a link rate per host in bits per second, None where empty
     (the host keeps --link's rate)."""
@@ -123,6 +150,11 @@ class NetnsOptions:
     cpus_per_node: int | None = launcher_flag(
         None, "CPUs pinned to each node (default: this machine's CPUs divided by the most "
         "nodes of any cell)")
+    # The CPUs of each host, instead of --cpus-per-node's even deal; one set: every host.
+    host_cpus: tuple[tuple[int, ...], ...] = launcher_flag(
+        (), "the CPUs of each emulated host, instead of --cpus-per-node: one list for "
+        "every host or one per host, apart by / (0/0/1/1: hosts 0 and 1 share CPU 0); "
+        "default: the CPUs dealt round evenly", parse=parse_host_cpus)
     # CPUs each host may use, a fraction of one (a cgroup per host); one value: every host.
     host_cpu_quota: tuple[float, ...] = launcher_flag(
         (), "CPU quota of each emulated host, a fraction of one CPU: one value for every "
@@ -150,22 +182,31 @@ class NetnsOptions:
             raise ConfigError("--link", "''", "netns needs the link rate, e.g. --link 1gbit")
         require_range(self.cpus_per_node, "cpus_per_node", 1, os.cpu_count() or 1,
                       optional=True)
-        if self.cpus_per_node is None:
-            object.__setattr__(self, "cpus_per_node",
-                               max(1, (os.cpu_count() or 1) // max(1, self.lab_nodes)))
         hosts = max(1, self.lab_nodes)
+        if self.host_cpus:
+            shown_cpus = "/".join(",".join(map(str, cpus)) for cpus in self.host_cpus)
+            if self.cpus_per_node is not None:
+                raise ConfigError("--host-cpus", shown_cpus, "places each host's CPUs itself: "
+                                  "give it or --cpus-per-node, not both")
+            if len(self.host_cpus) not in (1, hosts):
+                raise ConfigError("--host-cpus", shown_cpus, f"{len(self.host_cpus)} CPU "
+                                  f"lists for {hosts} emulated hosts (the most nodes of any "
+                                  f"cell): give one for all or one per host, {CPUS_EXAMPLE}")
+        elif self.cpus_per_node is None:
+            object.__setattr__(self, "cpus_per_node",
+                               max(1, (os.cpu_count() or 1) // hosts))
         quotas = self.host_cpu_quota
         shown = ",".join(f"{q:g}" for q in quotas)
         if len(quotas) > 1 and len(quotas) != hosts:
             raise ConfigError("--host-cpu-quota", shown, f"{len(quotas)} quotas for {hosts} "
                               f"emulated hosts (the most nodes of any cell): give one for "
                               f"all or one per host, {QUOTA_EXAMPLE}")
-        pinned = self.cpus_per_node or 1
-        for quota in quotas:
-            if not cgroups.MIN_QUOTA <= quota <= pinned:
+        checked = zip(quotas_per_host(self), cpus_per_host(self), strict=True) if quotas else ()
+        for quota, cpus in checked:
+            if not cgroups.MIN_QUOTA <= quota <= len(cpus):
                 raise ConfigError("--host-cpu-quota", shown, f"each quota must be in "
-                                  f"{cgroups.MIN_QUOTA:g}-{pinned} CPUs (the CPUs pinned "
-                                  "to each host; --cpus-per-node sets them)")
+                                  f"{cgroups.MIN_QUOTA:g}-{len(cpus)} CPUs (the CPUs pinned "
+                                  "to its host; --cpus-per-node or --host-cpus sets them)")
         if self.nfs_link_bps and self.nfs_export is None:
             raise ConfigError("--nfs-link", format_rate(self.nfs_link_bps), "shapes the lab's "
                               "NFS server: give the directory it serves, --nfs-export DIR")
@@ -193,6 +234,14 @@ def _server(options: NetnsOptions) -> str:
             f"{rate} link")
 
 
+def cpus_per_host(options: NetnsOptions) -> list[list[int]]:
+    """Each emulated host's CPUs: --host-cpus' (one list holds every host), else
+    --cpus-per-node's even deal."""
+    hosts = max(1, options.lab_nodes)
+    chosen = options.host_cpus * hosts if len(options.host_cpus) == 1 else options.host_cpus
+    return netlab.placed_cpus(hosts, None if chosen else options.cpus_per_node, chosen)
+
+
 def quotas_per_host(options: NetnsOptions) -> tuple[float, ...]:
     """--host-cpu-quota as one quota per emulated host (one value holds every host)."""
     quotas = options.host_cpu_quota
@@ -213,7 +262,8 @@ class NetnsLauncher:
         cell, so that every node computes beside the same number of busy hosts."""
         options = self.options
         return netlab.Lab(max(job.topology.nodes, options.lab_nodes), options.link_bps,
-                          cpus_per_node=options.cpus_per_node,
+                          cpus_per_node=None if options.host_cpus else options.cpus_per_node,
+                          node_cpus=cpus_per_host(options) if options.host_cpus else (),
                           node_rates=options.host_links, cpu_quotas=quotas_per_host(options))
 
     def data_server(self, lab: netlab.Lab):
@@ -226,8 +276,12 @@ class NetnsLauncher:
         """The lab, then the line of every host in it (its namespace's name is the lab's
         own, new for each job)."""
         options = self.options
+        placed = cpus_per_host(options)
+        cpus = f"{len(placed[0])} CPU(s)" if not options.host_cpus else \
+            "its CPUs (" + ", ".join(f"host {rank}: {','.join(map(str, c))}"
+                                     for rank, c in enumerate(placed)) + ")"
         return (f"# {options.lab_nodes} emulated host(s), each a network namespace with "
-                f"{options.cpus_per_node} CPU(s), joined by {options.link_bps / 1e9:g} Gbit/s "
+                f"{cpus}, joined by {options.link_bps / 1e9:g} Gbit/s "
                 "links (tc tbf)" + _own_settings(options) + _server(options)
                 + ";\n# nodes beyond the job's "
                 "run an independent copy as neighbours, started again each time it ends "
