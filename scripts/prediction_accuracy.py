@@ -54,6 +54,7 @@ from bench import accuracy_grid, record  # noqa: E402
 from bench.analysis import accuracy  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
 from bench.host import timed_window  # noqa: E402
+from bench.host.launchers import netns  # noqa: E402
 from bench.options import ConfigError, finite_float, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, child, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
@@ -70,7 +71,7 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
     # cells the prediction starts from must see the same drift as the N-node cells they
     # are compared with, not only the first minutes of the run.
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link,
-             "--interleave"]
+             "--interleave", *(["--host-cpus", a.host_cpus] if a.host_cpus else [])]
     many = ",".join(f"{n}x1" for n in nodes)
     shape = ["--image-size", str(a.image_size)] if a.image_size else []
     if a.model == "mlp":
@@ -164,6 +165,13 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
         require_range(value, flag, 1, high)
     timed_window.check(a.steps, a.min_timed_s)
     parse_size(a.max_size, "--max-size")
+    if a.host_cpus is not None:
+        # The lab has a host per node of the largest cell; one list holds every host.
+        placed = netns.parse_host_cpus(a.host_cpus, "--host-cpus")
+        if len(placed) not in (1, max(nodes)):
+            raise ConfigError("--host-cpus", a.host_cpus, f"{len(placed)} CPU lists for "
+                              f"{max(nodes)} emulated hosts (the most --nodes): give one for "
+                              f"all or one per host, {netns.CPUS_EXAMPLE}")
     # The trainer's own checks (a known model, a resnet at 32 px or more...), before any
     # sweep runs.
     ModelConfig(model=a.model, image_size=a.image_size, mlp_width=a.mlp_width,
@@ -252,6 +260,8 @@ def main() -> int:
                    f"workload (default: {timed_window.DEFAULT_MIN_TIMED_S:g}; 0: --steps "
                    "alone, as the runs before 2026-11-27 did)")
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
+    p.add_argument("--host-cpus", default=None, help="the netns launcher's --host-cpus: the "
+                   "CPUs of each emulated host, e.g. 0/0/1/1 (default: dealt round evenly)")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
     p.add_argument("--workloads", default=None, help="with --grid: only these (names)")

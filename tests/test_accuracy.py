@@ -193,6 +193,7 @@ def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
     (["--hooks", "none,zip"], "--hooks"), (["--nodes", "3,4"], "--nodes"),
     (["--repeats", "0"], "--repeats"), (["--max-size", "1x"], "--max-size"),
     (["--analyse-only"], "results"),       # nothing measured there yet
+    (["--host-cpus", "0/x"], "--host-cpus"), (["--host-cpus", "0/0/1"], "--host-cpus"),
     (["--model", "resnet9000"], "--model"), (["--image-size", "4"], "--image-size"),
     (["--model", "resnet18", "--image-size", "16"], "--image-size"),   # resnets need 32+
     (["--model", "vit_b_16", "--image-size", "40"], "--image-size"),   # patches of 16
@@ -240,7 +241,7 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
     monkeypatch.setattr(script, "_run", run)
     args = argparse.Namespace(hooks="none,powersgd", repeats=3, max_size="64MiB", model=model,
                               image_size=image_size, batch_size=8, steps=20, mlp_width=512,
-                              mlp_depth=8, min_timed_s=5.0)
+                              mlp_depth=8, min_timed_s=5.0, host_cpus=None)
     script.measure("5gbit", tmp_path, [2], args)
     *sweeps, train = calls
     assert [s[s.index("--dtype") + 1] for s in sweeps] == ["float32"]  # both hooks send fp32
@@ -257,3 +258,21 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
         probe = sweep[sweep.index("--lockstep") + 1:]
         assert probe[:4] == ["--lockstep-model", model, "--lockstep-batch-size", "8"]
         assert probe[4:] == [word.replace("--", "--lockstep-", 1) for word in shape]
+    assert not any("--host-cpus" in argv for argv in calls)    # the even deal unless asked
+
+
+def test_the_script_hands_host_cpus_to_every_matrix_it_runs(tmp_path, monkeypatch):
+    script, calls = _script(), []
+
+    def run(argv):
+        calls.append(argv)
+        if "allreduce" in argv:
+            shutil.copy(MEASURED_SWEEPS, argv[argv.index("--results") + 1])
+
+    monkeypatch.setattr(script, "_run", run)
+    args = argparse.Namespace(hooks="none", repeats=3, max_size="64MiB", model="mlp",
+                              image_size=None, batch_size=8, steps=20, mlp_width=512,
+                              mlp_depth=8, min_timed_s=5.0, host_cpus="0/0/1/1")
+    script.measure("1gbit", tmp_path, [2, 4], args)
+    assert calls and all(argv[argv.index("--host-cpus") + 1] == "0/0/1/1"
+                         and argv.index("--host-cpus") < argv.index("--") for argv in calls)
