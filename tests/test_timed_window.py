@@ -127,7 +127,7 @@ def test_the_accuracy_benchmark_passes_the_chosen_steps_to_every_cell(tmp_path, 
     monkeypatch.setattr(script, "_run", run)
     flags = argparse.Namespace(model="smallcnn", batch_size=64, mlp_width=1024, mlp_depth=4,
                                steps=20, min_timed_s=5.0, hooks="none,powersgd", repeats=1,
-                               image_size=None, max_size="1MiB")
+                               image_size=None, max_size="1MiB", host_cpus=None)
     script.measure("1gbit", tmp_path, [2], flags)
     training = ran[-1]
     assert "allreduce" not in training
