@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -170,14 +171,11 @@ def test_a_quota_is_checked_against_its_own_hosts_cpus(two_cpus):
 
 @given(st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=3), min_size=1, max_size=6))
 def test_host_cpus_parse_back_from_their_text(hosts):
-    os_count = os.cpu_count
-    os.cpu_count = lambda: 2        # not monkeypatch: a function-scoped fixture under @given
-    try:
-        text = "/".join(",".join(map(str, cpus)) for cpus in hosts)
+    text = "/".join(",".join(map(str, cpus)) for cpus in hosts)
+    # mock, not monkeypatch: a function-scoped fixture is not reset between @given examples.
+    with mock.patch.object(os, "cpu_count", return_value=2):
         assert netns.parse_host_cpus(text, "--host-cpus") == tuple(
             tuple(sorted(set(cpus))) for cpus in hosts)
-    finally:
-        os.cpu_count = os_count
 
 
 @given(st.text(max_size=30))
