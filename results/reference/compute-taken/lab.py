@@ -1,4 +1,5 @@
-"""Run rank.py (COMPUTE=mm or smallcnn in the environment) on the first NODES of HOSTS emulated hosts at 1 Gbit/s, the CPUs dealt as
+"""Run rank.py (COMPUTE=mm or smallcnn in the environment), or SCRIPT (shape.py) where
+given, on the first NODES of HOSTS emulated hosts at 1 Gbit/s, the CPUs dealt as
 the accuracy grid's are (host r on CPU r % 2 on this 2-CPU VM).
 
     python lab.py NODES [HOSTS [busy]]
@@ -23,7 +24,7 @@ with netlab.Lab(hosts, 1_000_000_000) as lab:
         env = {**os.environ, **lab.env(node), "MASTER_ADDR": lab.master_addr,
                "MASTER_PORT": "29577", "RANK": str(node.rank), "WORLD_SIZE": str(nodes),
                "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen(node.wrap([sys.executable, str(HERE / "rank.py")]),
+        procs.append(subprocess.Popen(node.wrap([sys.executable, str(HERE / os.environ.get("SCRIPT", "rank.py"))]),
                                       env=env, start_new_session=True))
     extra = [subprocess.Popen(node.wrap([sys.executable, str(HERE / "spin.py")]),
                               start_new_session=True)
