@@ -13,7 +13,8 @@ With ``--link-from`` (the sweep ``bench predict`` takes), each N-node cell's ste
 set beside what the prediction gives for it, span by span: until backward ends (measured:
 the parts up to backward, the forward's buffer broadcast included; predicted: the buffer
 broadcasts and the end of backward with gloo's CPU work taken from it), the gradient sync
-the step then waits for (measured: sync_wire + sync_wait; predicted: exposed), and the rest
+the step then waits for (measured: sync_wire + sync_wait; predicted: exposed, and the
+slowest rank's lateness at the last sync, which the ranks' mean waits out there), and the rest
 (measured: the optimizer; predicted: the one-node timeline's tail). The span that differs
 is where the model misses a cost. The measured spans are means over the timed steps
 (they add up to the mean step, which the run's samples/s comes from), the median over
@@ -24,7 +25,8 @@ backward, beside the sweep's figures for its collectives alone (time, gloo's CPU
 beside compute (time, compute taken). And the step until backward ends against the
 one-node timeline's end of backward (where the model starts), beside what the model adds
 there, part by part: the compute's pace with the hosts in phase, the waits for the slowest
-rank, the CPU time the syncs take from backward, and the buffer broadcasts.
+rank that fall before backward ends, the CPU time the syncs take from backward, and the
+buffer broadcasts.
 
 One table per comm hook: nodes, repeats, step ms, then each part's ms (the median over the
 cell's repeats of the mean over its ranks of the part's per-step median, ``p50``), and the
@@ -170,7 +172,8 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
                                           ("rest", ("optimizer",)), ("step", ("step",)))}
             lines.append(
                 f"| {hook} | {nodes} | {median['until'] * 1e3:.1f} ({until * 1e3:.1f}) | "
-                f"{median['sync'] * 1e3:.1f} ({p.exposed_s * 1e3:.1f}) | "
+                f"{median['sync'] * 1e3:.1f} "
+                f"({(p.exposed_s + p.skew_after_backward_s) * 1e3:.1f}) | "
                 f"{median['rest'] * 1e3:.1f} ({timeline.tail_s * 1e3:.1f}) | "
                 f"{median['step'] * 1e3:.1f} ({p.step_s * 1e3:.1f}) | "
                 f"{median['step'] and p.step_s / median['step']:.2f} |")
@@ -180,14 +183,17 @@ def against_model(records: list[dict], sweeps: list[dict]) -> str:
 
 def predicted_growth(timeline: Timeline, link: Link, p: Prediction
                      ) -> tuple[float, float, float, float]:
-    """What the model adds to the one-node run's time until backward ends, at
-    ``p.nodes``: the compute's pace with the hosts in phase, the waits for the slowest
-    rank (before the forward pass's buffer broadcast and at each sync), the CPU time the
-    syncs take from backward, and the buffer broadcasts."""
+    """What the model adds to a rank's time until backward ends, at ``p.nodes``, against
+    the one-node run's: the compute's pace with the hosts in phase, the waits for the
+    slowest rank that fall before backward ends (at the forward pass's buffer broadcast,
+    at a serialized bucket), the CPU time the syncs take from backward, and the buffer
+    broadcasts. The slowest rank's lateness at the last sync is not in it: a rank waits
+    that out after its own backward, in the sync (``Prediction.skew_after_backward_s``),
+    and the measured parts are the ranks' mean."""
     factor = link.in_phase_factor(timeline.workload) \
         if timeline.compute_cpus is not None else 1.0
     stretch = timeline.stretched(factor).backward_end_s - timeline.backward_end_s
-    return stretch, p.skew_s, p.stolen_s, p.buffers_s
+    return stretch, p.skew_s - p.skew_after_backward_s, p.stolen_s, p.buffers_s
 
 
 def growth(records: list[dict], sweeps: list[dict]) -> str:
@@ -197,7 +203,8 @@ def growth(records: list[dict], sweeps: list[dict]) -> str:
     cells = {cell: [_span(parts, UNTIL_BACKWARD) for parts in repeats]
              for cell, repeats in _n_node_parts(records).items()}
     lines = ["| hook | nodes | one-node timeline ms | measured ms | predicted ms: in phase + "
-             "slowest rank + CPU taken + buffers = in all |", "|---|---|---|---|---|"]
+             "slowest rank before backward ends + CPU taken + buffers = in all |",
+             "|---|---|---|---|---|"]
     for key, repeats in single_node_repeats(records).items():
         timeline = Timeline.of(median_repeat(repeats))
         chosen = sweeps_for_hook(sweeps, key[-1])

@@ -233,6 +233,26 @@ def test_each_sync_waits_for_the_slowest_rank_and_what_follows_moves():
     assert late == pytest.approx(0.04) and slowest.ready_s == pytest.approx((0.12, 0.34))
 
 
+def test_only_the_last_syncs_wait_falls_after_a_ranks_backward():
+    """A rank's own backward ends before the slowest rank's; it waits that lateness out in
+    the gradient sync. Only the last sync's: a serialized bucket's wait falls inside
+    backward, the buffer broadcast's before forward."""
+    timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(0.0, 0.0), step_s=0.4)
+    link = dataclasses.replace(GBIT, lockstep=((0.4, 0.04),), lockstep_ranks=2)
+    plain = predict_step(timeline, link, 2)
+    assert plain.skew_after_backward_s == pytest.approx(plain.skew_s) == pytest.approx(0.04)
+    # Buffers: 0.3 s of compute to the gradient sync (0.03 late), 0.1 s to the broadcast.
+    buffered = predict_step(dataclasses.replace(timeline, broadcast_bytes=(100.0,)), link, 2)
+    assert buffered.skew_s == pytest.approx(0.04)
+    assert buffered.skew_after_backward_s == pytest.approx(0.03)
+    # Serialized: 0.02 s late at each of two buckets; the last one's after backward.
+    serialized = predict_step(dataclasses.replace(timeline, serialized=True), link, 2)
+    assert serialized.skew_s == pytest.approx(0.04)
+    assert serialized.skew_after_backward_s == pytest.approx(0.02)
+    assert predict_step(timeline, GBIT, 2).skew_after_backward_s == 0   # no probe
+    assert predict_step(timeline, link, 1).skew_after_backward_s == 0   # no peer
+
+
 def test_the_prediction_charges_the_lockstep_waits():
     timeline = Timeline(ready_s=(0.1, 0.3), sent_bytes=(0.0, 0.0), step_s=0.4)
     link = dataclasses.replace(GBIT, lockstep=((0.4, 0.04),), lockstep_ranks=2)

@@ -397,7 +397,8 @@ class Timeline:
         hook, every bucket's, as backward waits for it) is late by ``wait(stretch)``, the
         stretch being the compute since the sync before: a step's forward and backward
         after the buffer broadcast, or the whole step (the tail before included) without
-        one. Each stretch is drawn out evenly by its wait, and what follows it moves."""
+        one. Each stretch is drawn out evenly by its wait, and what follows it moves.
+        ``wait`` is called once per sync, in order, the last for the last hand-over."""
         syncs = self.handover_s if self.serialized else (self.backward_end_s,)
         lead = 0.0 if self.broadcast_bytes else self.tail_s
         marks, shift, previous = [], 0.0, 0.0
@@ -548,6 +549,10 @@ class Prediction:
     stolen_s: float = 0.0  # how much later backward ends: CPU time taken from it, and waits
     buffers_s: float = 0.0  # DDP's buffer broadcasts before the forward pass, waited for
     skew_s: float = 0.0     # the syncs waiting for the slowest rank (the lockstep probe)
+    # Of that, the last sync's: every other rank waits it out after its own backward has
+    # ended, in the gradient sync (the waits at a serialized bucket fall inside backward,
+    # the one at the buffer broadcast before forward). A rank's parts show it there.
+    skew_after_backward_s: float = 0.0
 
     @property
     def hidden_share(self) -> float:
@@ -561,7 +566,12 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     if timeline.compute_cpus is not None:
         timeline = timeline.stretched(link.in_phase_factor(timeline.workload))
     wait = lambda stretch: link.sync_wait_s(stretch, nodes, timeline.workload)  # noqa: E731
-    timeline, late = timeline.slowest_rank(wait)
+    at_syncs: list[float] = []   # slowest_rank asks for each sync's wait in order
+
+    def waited(stretch: float) -> float:
+        at_syncs.append(wait(stretch))
+        return at_syncs[-1]
+    timeline, late = timeline.slowest_rank(waited)
     calls = timeline.calls_per_bucket
     on_cpu = timeline.compute_cpus is not None
     beside = link.beside if on_cpu else None
@@ -586,7 +596,7 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
     late_to_broadcast = wait(timeline.tail_s) if timeline.broadcast_bytes else 0.0
     return Prediction(nodes, buffers + late_to_broadcast + max(compute_end, comm_end)
                       + timeline.tail_s, comm, exposed, compute_end - timeline.backward_end_s,
-                      buffers, late + late_to_broadcast)
+                      buffers, late + late_to_broadcast, at_syncs[-1] if at_syncs else 0.0)
 
 
 _EPS = 1e-12
