@@ -47,6 +47,11 @@ class StepParts:
             self._marks.append((part, self.clock.mark()))
             self.running = then
 
+    def last_mark(self) -> Mark:
+        """Where the current step's last part ended (its origin if none has)."""
+        assert self._origin is not None, "last_mark() outside a step"
+        return self._marks[-1][1] if self._marks else self._origin
+
     def collective(self, kind: str, seconds: float) -> None:
         """A collective kept this (host) thread ``seconds`` inside the running part."""
         if self._origin is not None:
