@@ -12,9 +12,10 @@ Per link: the all-reduce sweep over 2..N nodes (REPEATS times, so the link has a
 in each element type the hooks send; each size also beside compute, what the model takes
 from backward, and the ranks in lockstep, how long each sync waits for the slowest),
 then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.accuracy on
-the records: measured / predicted per hook and node count, written to accuracy.md. Both
-matrices run interleaved (repeat 1 of every cell, then repeat 2...), so that the machine's
-drift over the run reaches the one-node and the N-node cells alike. Each cell times
+the records: measured / predicted per hook and node count, written to accuracy.md. All of
+it runs interleaved, in rounds: round r is repeat r of every sweep, then repeat r of every
+cell, so that the machine's drift over the run reaches the sweeps, the one-node and the
+N-node cells alike (the runs before 2026-11-29 ran every sweep first). Each cell times
 ``--steps`` steps, or the fewest that last ``--min-timed-s`` (5) seconds on one node at the
 step the sweeps' probe just timed for the workload, where that is more
 (bench/host/timed_window.py: 20 steps of a 24 ms step were too short to measure), and its
@@ -67,9 +68,12 @@ def _run(argv: list[str]) -> None:
 
 
 def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> None:
-    # Interleaved: the machine's speed drifts over minutes (a shared VM), and the one-node
-    # cells the prediction starts from must see the same drift as the N-node cells they
-    # are compared with, not only the first minutes of the run.
+    # Interleaved, the sweeps too: round r runs repeat r of every sweep, then repeat r of
+    # every cell. The machine's pace drifts over minutes (a shared VM), and the prediction
+    # reads the sweeps' times against the cells': run all sweeps first and a slow stretch
+    # there is charged to cells that ran fast. On 2026-11-29 the sweeps' own workload step
+    # ran 16% slower than the 4-node cells' that followed them, and that cell read 1.14
+    # (results/reference/beside-vs-training/).
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link,
              "--interleave", *(["--host-cpus", a.host_cpus] if a.host_cpus else [])]
     many = ",".join(f"{n}x1" for n in nodes)
@@ -81,25 +85,31 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
                 *(f"--lockstep-{flag[2:]}" if flag.startswith("--") else flag
                   for flag in shape)]
     # The link in each element type the hooks send: gloo's CPU cost per byte differs.
-    for dtype in dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(",")):
-        _run([*bench, "--workload", "allreduce", "--topologies", many,
-              "--repeats", str(a.repeats), "--results", str(out / f"{link}-comm.jsonl"),
-              "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
-              "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
-    # Long enough to measure: the sweeps' probe just timed the workload's step.
-    probed = timed_window.workload(ModelConfig(model=a.model, image_size=a.image_size,
-                                               mlp_width=a.mlp_width, mlp_depth=a.mlp_depth),
-                                   a.batch_size)
-    steps, why = timed_window.timed_steps(record.load(out / f"{link}-comm.jsonl", "sweeps"),
-                                          probed, a.steps, a.min_timed_s)
-    print(f"timing {steps} steps a cell: {why}", flush=True)
-    _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
-          "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
-          "--repeats", str(a.repeats), "--results", str(out / f"{link}.jsonl"), "--",
-          "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
-          # The one-node timeline the prediction starts from, over as many probe steps:
-          # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.3.
-          "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
+    dtypes = dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(","))
+    steps = None
+    for repeat in range(1, a.repeats + 1):
+        print(f"round {repeat} of {a.repeats}: the sweeps, then every cell", flush=True)
+        for dtype in dtypes:
+            _run([*bench, "--workload", "allreduce", "--topologies", many,
+                  "--repeats", "1", "--results", str(out / f"{link}-comm.jsonl"),
+                  "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
+                  "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
+        if steps is None:
+            # Long enough to measure: the first round's sweeps just timed the workload's step.
+            probed = timed_window.workload(ModelConfig(
+                model=a.model, image_size=a.image_size, mlp_width=a.mlp_width,
+                mlp_depth=a.mlp_depth), a.batch_size)
+            steps, why = timed_window.timed_steps(
+                record.load(out / f"{link}-comm.jsonl", "sweeps"), probed, a.steps,
+                a.min_timed_s)
+            print(f"timing {steps} steps a cell: {why}", flush=True)
+        _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
+              "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
+              "--repeats", "1", "--results", str(out / f"{link}.jsonl"), "--",
+              "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
+              # The one-node timeline the prediction starts from, over as many probe steps:
+              # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.3.
+              "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:

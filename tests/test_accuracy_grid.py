@@ -2,6 +2,7 @@
 every workload of it, going on past one that fails; one table of every cell."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import shutil
 import subprocess
@@ -304,3 +305,35 @@ def test_a_workload_directory_that_is_a_link_out_is_not_read(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "resolves outside" in (out / "grid.md").read_text()
     assert not (tmp_path / "elsewhere" / "accuracy.md").exists()
+
+
+def test_the_sweeps_and_the_cells_run_in_rounds_each_repeat_of_both_in_turn(tmp_path,
+                                                                             monkeypatch):
+    """Round r is repeat r of every sweep (one per element type the hooks send), then repeat
+    r of every cell: the machine's drift reaches the sweeps as it does the cells. The cells'
+    window is sized once, from the first round's sweeps."""
+    script, calls, sized = _script(), [], []
+    monkeypatch.setattr(script, "_run", calls.append)
+    monkeypatch.setattr(script.record, "load", lambda path, what: [])
+
+    def timed_steps(sweeps, probed, steps, min_timed_s):
+        sized.append(len(calls))
+        return 42, "sized"
+    monkeypatch.setattr(script.timed_window, "timed_steps", timed_steps)
+    flags = argparse.Namespace(host_cpus=None, image_size=None, model="smallcnn",
+                               batch_size=64, mlp_width=1024, mlp_depth=4,
+                               hooks="none,fp16,powersgd", repeats=3, max_size="32MiB",
+                               steps=20, min_timed_s=5.0)
+    script.measure("1gbit", tmp_path, [2, 3], flags)
+
+    def kind(argv):
+        after = argv[argv.index("--") + 1:]
+        what = "sweep " + after[after.index("--dtype") + 1] if "allreduce" in argv else "cells"
+        return what, argv[argv.index("--repeats") + 1]
+
+    one_round = [("sweep float32", "1"), ("sweep float16", "1"), ("cells", "1")]
+    assert [kind(argv) for argv in calls] == one_round * 3
+    assert sized == [2]                       # after round 1's sweeps, before its cells
+    cells = [argv for argv in calls if "allreduce" not in argv]
+    assert all(argv[argv.index("--steps") + 1] == "42" for argv in cells)
+    assert all(argv[argv.index("--topologies") + 1] == "1x1,2x1,3x1" for argv in cells)
