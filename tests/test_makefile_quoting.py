@@ -226,17 +226,28 @@ def test_list_values_are_split_without_globbing_or_evaluation(fake_venv, marker)
                                            str(marker)]
 
 
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` before its ``--``, less ``flag`` and its value."""
+    head = argv[:argv.index("--")]
+    at = head.index(flag)
+    return head[:at] + head[at + 2:]
+
+
 def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
     run_make("bench-emulated", f"VENV={fake_venv.path}", "RESULTS=out/a b.jsonl")
-    checked, sweep, runs = fake_venv.bench_calls("matrix")
-    # The cells' matrix is first checked as it will run (--dry-run), before the sweep.
-    assert checked[0] == "--dry-run" and checked[1:checked.index("--")] == \
-        runs[:runs.index("--")]
-    assert sweep[sweep.index("--results") + 1] == "out/a b-comm.jsonl"
-    assert runs[runs.index("--results") + 1] == "out/a b.jsonl"
-    assert runs[runs.index("--repeats") + 1] == "3"  # the target's own default
-    # Run as the accuracy benchmark runs its cells (issue 29): interleaved, and says so.
-    assert "--interleave" in runs[:runs.index("--")]
+    checked, *rounds = fake_venv.bench_calls("matrix")
+    # The cells' matrix is first checked as it will run (--dry-run), with every repeat,
+    # before the sweep; then, as the accuracy benchmark runs (issue 29), one round per
+    # repeat: the sweep, then one repeat of every cell, interleaved.
+    assert checked[0] == "--dry-run" and checked[checked.index("--repeats") + 1] == "3"
+    assert len(rounds) == 2 * 3                       # REPEATS' own default: three rounds
+    for sweep, runs in zip(rounds[::2], rounds[1::2], strict=True):
+        assert "allreduce" in sweep and "allreduce" not in runs
+        assert sweep[sweep.index("--results") + 1] == "out/a b-comm.jsonl"
+        assert runs[runs.index("--results") + 1] == "out/a b.jsonl"
+        assert runs[runs.index("--repeats") + 1] == "1"
+        assert _without(checked[1:], "--repeats") == _without(runs, "--repeats")
+        assert "--interleave" in runs[:runs.index("--")]
 
 
 def test_bench_straggler_passes_each_setting_whole_with_its_defaults(fake_venv, marker):
@@ -291,13 +302,16 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
         assert [argv[argv.index(flag) + 1] for flag in
                 ("--model", "--batch-size", "--image-size", "--steps", "--min-timed-s")] == \
             ["smallcnn", "8", "32", hostile, hostile]
-    # The cells checked, the sweep, then the window, then the cells with the count it printed.
+    # The cells checked, the first sweep, then the window (once), then every round's cells
+    # with the count it printed.
     order = [c[:3] for c in calls if c[:2] in (["-m", "bench"], ["-m", "bench.host.timed_window"])]
     assert order.index(["-m", "bench.host.timed_window", window[0]]) == 3, (proc.stderr, order)
-    (runs,) = [c for c in fake_venv.bench_calls("matrix")
-               if "--interleave" in c and "--dry-run" not in c]
-    assert runs[runs.index("--steps") + 1] == "81"
-    assert runs[runs.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
+    runs = [c for c in fake_venv.bench_calls("matrix")
+            if "--interleave" in c and "--dry-run" not in c]
+    assert len(runs) == 3                                       # REPEATS' default
+    for argv in runs:
+        assert argv[argv.index("--steps") + 1] == "81"
+        assert argv[argv.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
     assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
 
 
@@ -460,3 +474,16 @@ def test_accept_runs_emulated_hosts_or_hosts_over_ssh(fake_venv):
     assert argv[argv.index("--launcher") + 1] == "ssh"
     assert (argv[argv.index("--nodes") + 1], argv[argv.index("--gpus") + 1]) == ("3", "2")
     assert fake_venv.bench_settings("accept")[-1]["BENCH_LAUNCHER_HOSTS"] == "h1,h2,h3"
+
+
+@pytest.mark.parametrize("repeats", ["1", "2"])
+def test_bench_emulated_runs_a_round_per_repeat_each_the_sweep_then_the_cells(repeats,
+                                                                            fake_venv,
+                                                                            tmp_path):
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}", f"REPEATS={repeats}",
+                    f"RESULTS={tmp_path}/emulated.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    kinds = ["sweep" if "allreduce" in argv else "cells"
+             for argv in fake_venv.bench_calls("matrix") if "--dry-run" not in argv]
+    assert kinds == ["sweep", "cells"] * int(repeats)
+    assert f"round {repeats} of {repeats}: the sweep, then every cell" in proc.stderr
