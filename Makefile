@@ -492,6 +492,9 @@ emulated_window = --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --image-size 32 \
 emulated_cells = --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
   --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" --results "$$MK_RESULTS"
 emulated_train = --warmup-steps 10 --powersgd-warmup 5 --image-size 32 --log-every 0
+# After a round's matrix: one that recorded a failed cell exits 1 (its row says why), and the
+# next rounds still run, the target failing after the last; a user error or a signal stops.
+emulated_failed = || { rc=$$?; [ "$$rc" = 1 ] || exit "$$rc"; failed=1; }
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction
@@ -499,19 +502,20 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	$(PY) -m bench matrix --dry-run $(emulated_cells) --repeats "$$MK_REPEATS" -- \
 	  --steps "$$MK_STEPS" --comm-probe-steps "$$MK_STEPS" $(emulated_train) >/dev/null
 	@echo "bench-emulated: as make bench-accuracy runs: in $$MK_REPEATS rounds (REPEATS, for a band), each the link's sweep and then one repeat of every cell, interleaved, so that the machine's drift reaches the sweep and the cells alike; each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the first sweep's probe timed (at the first of BATCH_SIZES), its probe steps after training (the 1-node bucket timeline) as many, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
-	for round in $$(seq "$$MK_REPEATS"); do \
+	failed=0; for round in $$(seq "$$MK_REPEATS"); do \
 	  echo "bench-emulated: round $$round of $$MK_REPEATS: the sweep, then every cell" >&2; \
 	  $(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
 	    --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 \
 	    --beside-compute --lockstep --lockstep-model "$$MK_MODEL" \
-	    --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32 || exit; \
+	    --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32 \
+	    $(emulated_failed); \
 	  if [ "$$round" = 1 ]; then \
 	    steps=$$($(PY) -m bench.host.timed_window $(emulated_comm) --model "$$MK_MODEL" \
 	      $(emulated_window)) || exit; \
 	  fi; \
 	  $(PY) -m bench matrix $(emulated_cells) --repeats 1 -- --steps "$$steps" \
-	    --comm-probe-steps "$$steps" $(emulated_train) || exit; \
-	done
+	    --comm-probe-steps "$$steps" $(emulated_train) $(emulated_failed); \
+	done; [ "$$failed" = 0 ] || exit 1
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
 	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \
 	  --nodes 2,4 | tee "$${MK_RESULTS%.jsonl}-prediction.txt"

@@ -86,14 +86,27 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
                   for flag in shape)]
     # The link in each element type the hooks send: gloo's CPU cost per byte differs.
     dtypes = dict.fromkeys(HOOK_WIRE_DTYPE[hook] for hook in a.hooks.split(","))
+    failed: list[subprocess.CalledProcessError] = []
+
+    def run_on(argv: list[str]) -> None:
+        """A matrix exits 1 when a cell failed (its row records why): the next rounds still
+        run, and the first such failure is raised after the last. A user error (2) or a
+        signal (128 + N) stops here."""
+        try:
+            _run(argv)
+        except subprocess.CalledProcessError as error:
+            if error.returncode != 1:
+                raise
+            failed.append(error)
+
     steps = None
     for repeat in range(1, a.repeats + 1):
         print(f"round {repeat} of {a.repeats}: the sweeps, then every cell", flush=True)
         for dtype in dtypes:
-            _run([*bench, "--workload", "allreduce", "--topologies", many,
-                  "--repeats", "1", "--results", str(out / f"{link}-comm.jsonl"),
-                  "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
-                  "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
+            run_on([*bench, "--workload", "allreduce", "--topologies", many,
+                    "--repeats", "1", "--results", str(out / f"{link}-comm.jsonl"),
+                    "--", "--max-size", a.max_size, "--iters", "10", "--warmup-iters", "2",
+                    "--dtype", dtype, "--beside-compute", "--lockstep", *workload])
         if steps is None:
             # Long enough to measure: the first round's sweeps just timed the workload's step.
             probed = timed_window.workload(ModelConfig(
@@ -103,13 +116,16 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
                 record.load(out / f"{link}-comm.jsonl", "sweeps"), probed, a.steps,
                 a.min_timed_s)
             print(f"timing {steps} steps a cell: {why}", flush=True)
-        _run([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
-              "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
-              "--repeats", "1", "--results", str(out / f"{link}.jsonl"), "--",
-              "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
-              # The one-node timeline the prediction starts from, over as many probe steps:
-              # over 10 it spread by 1.1-1.6 times between repeats, over the window by 1.1-1.3.
-              "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
+        run_on([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
+                "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
+                "--repeats", "1", "--results", str(out / f"{link}.jsonl"), "--",
+                "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",
+                # The one-node timeline the prediction starts from, over as many probe
+                # steps: over 10 it spread by 1.1-1.6 times between repeats, over the
+                # window by 1.1-1.3.
+                "--comm-probe-steps", str(steps), *shape, "--log-every", "0"])
+    if failed:
+        raise failed[0]
 
 
 def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.Row]:

@@ -337,3 +337,26 @@ def test_the_sweeps_and_the_cells_run_in_rounds_each_repeat_of_both_in_turn(tmp_
     cells = [argv for argv in calls if "allreduce" not in argv]
     assert all(argv[argv.index("--steps") + 1] == "42" for argv in cells)
     assert all(argv[argv.index("--topologies") + 1] == "1x1,2x1,3x1" for argv in cells)
+
+
+@pytest.mark.parametrize("code, rounds_run", [(1, 3), (2, 1), (130, 1)])
+def test_a_failed_cell_lets_the_next_rounds_run_and_a_user_error_or_signal_stops(
+        code, rounds_run, tmp_path, monkeypatch):
+    """A matrix that recorded a failed cell exits 1: its row is data, and the next rounds
+    still run before the failure is raised. A user error (2) or a signal stops at once."""
+    script, calls = _script(), []
+
+    def run(argv):
+        calls.append(argv)
+        if "allreduce" not in argv and len(calls) == 2:     # round 1's cells
+            raise subprocess.CalledProcessError(code, argv)
+    monkeypatch.setattr(script, "_run", run)
+    monkeypatch.setattr(script.record, "load", lambda path, what: [])
+    monkeypatch.setattr(script.timed_window, "timed_steps", lambda *args: (20, "sized"))
+    flags = argparse.Namespace(host_cpus=None, image_size=None, model="smallcnn",
+                               batch_size=64, mlp_width=1024, mlp_depth=4, hooks="none",
+                               repeats=3, max_size="32MiB", steps=20, min_timed_s=5.0)
+    with pytest.raises(subprocess.CalledProcessError) as raised:
+        script.measure("1gbit", tmp_path, [2], flags)
+    assert raised.value.returncode == code
+    assert len(calls) == 2 * rounds_run

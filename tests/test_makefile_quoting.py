@@ -487,3 +487,21 @@ def test_bench_emulated_runs_a_round_per_repeat_each_the_sweep_then_the_cells(re
              for argv in fake_venv.bench_calls("matrix") if "--dry-run" not in argv]
     assert kinds == ["sweep", "cells"] * int(repeats)
     assert f"round {repeats} of {repeats}: the sweep, then every cell" in proc.stderr
+
+
+def test_bench_emulated_goes_on_to_the_next_rounds_after_a_failed_cell_then_fails(
+        fake_venv, tmp_path):
+    """A cells' matrix that recorded a failed cell exits 1: the next rounds still run (their
+    rows are data), and the target fails after the last, before the table."""
+    python = fake_venv.path / "bin" / "python"
+    lines = python.read_text().splitlines()
+    lines[1] = lines[1].replace("exec ", "", 1)
+    python.write_text("\n".join([*lines, 'case "$2 $3 $4" in "bench matrix --launcher") '
+                                 'exit 1;; esac', ""]))
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}",
+                    f"RESULTS={tmp_path}/emulated.jsonl")
+    assert proc.returncode != 0
+    kinds = ["sweep" if "allreduce" in argv else "cells"
+             for argv in fake_venv.bench_calls("matrix") if "--dry-run" not in argv]
+    assert kinds == ["sweep", "cells"] * 3
+    assert not fake_venv.bench_calls("table")
