@@ -243,8 +243,12 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
                               image_size=image_size, batch_size=8, steps=20, mlp_width=512,
                               mlp_depth=8, min_timed_s=5.0, host_cpus=None)
     script.measure("5gbit", tmp_path, [2], args)
-    *sweeps, train = calls
-    assert [s[s.index("--dtype") + 1] for s in sweeps] == ["float32"]  # both hooks send fp32
+    sweeps = [argv for argv in calls if "allreduce" in argv]
+    trains = [argv for argv in calls if "allreduce" not in argv]
+    # Both hooks send fp32: one sweep a round, then the round's cells; three rounds.
+    assert [s[s.index("--dtype") + 1] for s in sweeps] == ["float32"] * 3
+    assert len(trains) == 3 and all(train == trains[0] for train in trains)
+    train = trains[0]
     after = train[train.index("--") + 1:]
     assert train[train.index("--models") + 1] == model
     assert train[train.index("--batch-sizes") + 1] == "8"

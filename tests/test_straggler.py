@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import statistics
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -162,6 +163,19 @@ def test_one_rank_has_a_breakdown_and_no_verdict():
     ranks = job([0])
     assert straggler.breakdown(ranks, "single", "host_clock")["ranks"][0]["steps"] == STEPS
     assert straggler.judge(ranks, "single") == straggler.Verdict(None, None, None)
+
+
+def test_one_process_counts_the_time_after_backwards_callback_as_backward():
+    """One process has nothing to sync: what the trainer marks as "sync" (autograd's finish
+    after backward's end-of-graph callback) is backward's, not a remainder no part explains."""
+    (rank,) = job([0])
+    rank.parts["sync"] = [0.00006] * STEPS
+    rank.step_s = [sum(values) for values in zip(*rank.parts.values(), strict=True)]
+    (row,) = straggler.breakdown([rank], "single", "host_clock")["ranks"]
+    assert "sync" not in row["parts"] and "sync_wire" not in row["parts"]
+    assert row["remainder_s"] == 0.0
+    assert math.isclose(row["parts"]["backward"]["mean"],
+                        statistics.fmean(rank.parts["backward"]) + 0.00006)
 
 
 @functools.cache
