@@ -71,9 +71,9 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
     # Interleaved, the sweeps too: round r runs repeat r of every sweep, then repeat r of
     # every cell. The machine's pace drifts over minutes (a shared VM), and the prediction
     # reads the sweeps' times against the cells': run all sweeps first and a slow stretch
-    # there is charged to cells that ran fast. On 2026-11-29 the sweeps' own workload step
-    # ran 16% slower than the 4-node cells' that followed them, and that cell read 1.14
-    # (results/reference/beside-vs-training/).
+    # there is charged to cells that ran fast. On 2026-11-29 the sweeps timed the workload's
+    # step at 4 nodes 16% slower than the 4-node cells' no-sync steps that followed them,
+    # and that cell read 1.14 (results/reference/beside-vs-training/).
     bench = [sys.executable, "-m", "bench", "matrix", "--launcher", "netns", "--link", link,
              "--interleave", *(["--host-cpus", a.host_cpus] if a.host_cpus else [])]
     many = ",".join(f"{n}x1" for n in nodes)
