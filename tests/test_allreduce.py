@@ -147,6 +147,20 @@ def test_pieces_done_count_the_one_under_way():
     assert compute_probe.pieces_done_by(stamps, 9.0) == 3
 
 
+def test_a_stretch_is_sized_from_the_typical_piece_not_the_preempted_ones():
+    # Pieces of 5 ms, a third of them preempted to 60 ms: a mean would read 23 ms and size
+    # every stretch at a fifth of its length.
+    timings = iter([0.005, 0.06, 0.005] * compute_probe.CALIBRATION_PIECES)
+    asked = []
+
+    def compute(pieces):
+        asked.append(pieces)
+        return next(timings)
+
+    assert compute_probe.typical_piece_s(compute) == 0.005
+    assert asked == [1] * compute_probe.CALIBRATION_PIECES
+
+
 def test_the_compute_lost_is_the_rate_missing_against_alone():
     # Alone 100 pieces a second; beside, 60 in one second: 40% of 2 threads' second lost.
     assert compute_probe.compute_lost_s(30, 0.3, 60, 1.0, threads=2) == pytest.approx(0.8)
@@ -196,12 +210,17 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     (rec,) = run.records
     validate(rec)
     assert rec["config"]["beside_compute"] is True and rec["config"]["lockstep"] is True
-    # Lockstep: one row per stretch, each near its length (the work is counted from the
-    # rate alone, and both ranks share this machine's CPUs), its wait at least none.
+    # Lockstep: one row per stretch, its wait at least none. How near each stretch's time
+    # is to its length depends on what else the CPUs do (the work is counted from a
+    # calibration); a stretch with 16 times the work of another takes longer.
     steps = rec["lockstep"]
     assert [row["syncs"] for row in steps] == [n for _, n in compute_probe.LOCKSTEP_STRETCHES]
-    for row, (stretch, _) in zip(steps, compute_probe.LOCKSTEP_STRETCHES, strict=True):
-        assert stretch / 3 < row["compute_s"] < stretch * 5 and row["wait_s"] >= 0
+    lengths = [stretch for stretch, _ in compute_probe.LOCKSTEP_STRETCHES]
+    assert lengths[2] / lengths[0] == lengths[4] / lengths[1] == 16
+    assert 0 < steps[0]["compute_s"] < steps[2]["compute_s"]
+    assert steps[1]["compute_s"] < steps[4]["compute_s"]
+    for row in steps:
+        assert row["compute_s"] > 0 and row["wait_s"] >= 0
         # The last rank's sync: a one-element all-reduce over loopback, under a second.
         assert 0 < row["sync_call_s"] < 1
     # The workload's own steps in lockstep: the mlp as the trainer shapes it (28 px).
@@ -212,10 +231,11 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
          "syncs": compute_probe.WORKLOAD_STEPS}
     assert 0 < workload["compute_s"] < 1 and workload["wait_s"] >= 0
     assert 0 < workload["sync_call_s"] < 1
-    # Two pairs of blocks, each [in phase, out of phase]: the median steps, near compute_s.
+    # Two pairs of blocks, each [in phase, out of phase]: median steps, each a step's time
+    # (not a bound against compute_s: a mean over 25 steps takes in any preemption whole).
     assert len(workload["phase_pairs"]) == 2
     for pair in workload["phase_pairs"]:
-        assert len(pair) == 2 and all(workload["compute_s"] / 5 < s < 1 for s in pair)
+        assert len(pair) == 2 and all(0 < s < 1 for s in pair)
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).

@@ -133,8 +133,8 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
     shows (a rank's own stretches vary: the scheduler, the machine's other work).
 
     The work per stretch is a count of pieces (512 x 512 matmuls) for its length at the
-    slowest rank's rate alone; every rank does that count. With one rank there is no
-    wait."""
+    slowest rank's rate alone (its median piece); every rank does that count. With one
+    rank there is no wait."""
     piece = torch.randn(BUSY_MATRIX, BUSY_MATRIX)
     out = torch.empty_like(piece)
     sync = torch.zeros(1)
@@ -146,7 +146,7 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
         return time.perf_counter() - start
 
     compute(5)                                     # warm up
-    piece_s = distributed.max_across_ranks(ctx, compute(20) / 20)
+    piece_s = distributed.max_across_ranks(ctx, typical_piece_s(compute))
     rows = []
     for stretch_s, count in LOCKSTEP_STRETCHES:
         pieces = max(1, round(stretch_s / piece_s))
@@ -157,6 +157,17 @@ def lockstep(ctx: distributed.DistContext) -> list[dict]:
             calls.append(_synced(ctx, sync))
         rows.append({**in_lockstep(ctx, own, calls), "syncs": count})
     return rows
+
+
+# Pieces timed one by one to size the stretches.
+CALIBRATION_PIECES = 21
+
+
+def typical_piece_s(compute: Callable[[int], float]) -> float:
+    """One piece's time at the rank's rate alone: the median of single pieces, so a
+    preemption or a neighbour's burst during the calibration (a mean would take it in)
+    does not shrink every stretch after it."""
+    return statistics.median(compute(1) for _ in range(CALIBRATION_PIECES))
 
 
 def _synced(ctx: distributed.DistContext, sync: torch.Tensor) -> float:
