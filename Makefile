@@ -28,6 +28,12 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
+# Every other variable is the Makefile's own (RUN_TAG, CPU_ENV_FILE, the recipe fragments):
+# given on the command line it would become recipe text unchecked, so it is refused.
+# COMPOSE, a command, is read from the environment ($$COMPOSE, split at blanks).
+$(foreach v,$(.VARIABLES),$(if $(filter command,$(firstword $(origin $(v)))),\
+  $(if $(filter $(v),$(USER_VARIABLES) COMPOSE),,$(error $(v)=$(value $(v)): not a setting \
+  of this Makefile; drop it (the settings: $(USER_VARIABLES) COMPOSE)))))
 $(foreach v,$(USER_VARIABLES),$(eval export MK_$(v) = $$($(v))))
 # A value quoted for the shell, for the one place make itself runs a command ($(shell)).
 q = '$(subst ','\'',$(1))'
@@ -220,6 +226,11 @@ show_results = $(PY) -m bench table "$$MK_RESULTS" && $(PY) -m bench report "$$M
 # and Compose service TARGETS pass (empty: left to the launcher's default).
 image_settings = $(eval $(1): export BENCH_LAUNCHER_IMAGE = $(2))$(eval $(1): export \
   BENCH_LAUNCHER_ENV_FILE = $(3))$(eval $(1): export BENCH_LAUNCHER_PROFILE = $(4))
+# After a matrix: exit 1 means it recorded a failed cell (its row says why), so the target
+# goes on to its next matrix or round and fails after the last; any other code, a user
+# error (2) or a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), stops the target at once
+# with that code (a stopped benchmark must not start its next part).
+matrix_failed = || { rc=$$?; [ "$$rc" = 1 ] || exit "$$rc"; failed=1; }
 define matrix_jobs
 read -r -a matrix_args <<< "$$MK_MATRIX_ARGS"; \
 if [ -z "$${workload+set}" ]; then \
@@ -230,7 +241,7 @@ $(PY) -m bench matrix --batch-sizes "$$MK_BATCH_SIZES" \
   --topologies "$${topologies:-$$MK_TOPOLOGIES}" --models "$$MK_MODEL" \
   --precisions "$$MK_PRECISION" --repeats "$$MK_REPEATS" --results "$$MK_RESULTS" \
   "$${launcher[@]}" -- "$${workload[@]}" "$${workload_extra[@]}" "$${matrix_args[@]}" \
-  || { rc=$$?; [ $$rc != 2 ] || exit 2; failed=1; }
+  $(matrix_failed)
 endef
 define matrix_run
 failed=0; $(matrix_jobs); \
@@ -295,9 +306,8 @@ bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synth
 	  grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) && \
 	  printf 'DATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\nDATA_DEVICE=%s\nOMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' \
 	    "$$export_dir" >> $(CPU_ENV_FILE)
-	@failed=0; launcher=(--launcher compose); \
+	@trap 'rm -f -- $(CPU_ENV_FILE)' EXIT; failed=0; launcher=(--launcher compose); \
 	for kind in synthetic fashion-mnist; do $(cpu_workload); $(matrix_jobs); done; \
-	rm -f $(CPU_ENV_FILE); \
 	$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 
 LAUNCHER ?= native
@@ -417,7 +427,8 @@ k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFIL
 # The multi-GPU study's result: the deep & wide MLP does not fit one device, nor two under
 # DDP (every rank holds the whole model), and fits two when FSDP shards it. Each rank may
 # allocate MEMORY_CAP beyond what it holds once torch is up (a smaller machine, on CPU);
-# on GPUs, CUDA's own out-of-memory does the same. OOM rows are the expected outcome here.
+# on GPUs, CUDA's own out-of-memory does the same. OOM rows are the expected outcome here:
+# a matrix that recorded them exits 1, and the target goes on and succeeds.
 bench-oom: MLP_WIDTH ?= 2048
 bench-oom: MLP_DEPTH ?= 8
 bench-oom: MEMORY_CAP ?= 300MiB
@@ -429,8 +440,7 @@ bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2
 	  $(PY) -m bench matrix --models mlp --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$topologies" \
 	    --strategies "$$strategy" --repeats 1 --results "$$MK_RESULTS" -- --device cpu \
 	    --mlp-width "$$MK_MLP_WIDTH" --mlp-depth "$$MK_MLP_DEPTH" --memory-cap "$$MK_MEMORY_CAP" \
-	    --steps "$$MK_STEPS" --warmup-steps 1 --comm-probe-steps 0; \
-	  rc=$$?; [ $$rc != 2 ] || exit 2; done; \
+	    --steps "$$MK_STEPS" --warmup-steps 1 --comm-probe-steps 0 $(matrix_failed); done; \
 	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
 	echo "results: $$MK_RESULTS"
 
@@ -492,9 +502,6 @@ emulated_window = --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --image-size 32 \
 emulated_cells = --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
   --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" --results "$$MK_RESULTS"
 emulated_train = --warmup-steps 10 --powersgd-warmup 5 --image-size 32 --log-every 0
-# After a round's matrix: one that recorded a failed cell exits 1 (its row says why), and the
-# next rounds still run, the target failing after the last; a user error or a signal stops.
-emulated_failed = || { rc=$$?; [ "$$rc" = 1 ] || exit "$$rc"; failed=1; }
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
 bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction
@@ -508,13 +515,13 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	    --results $(emulated_comm) -- --max-size 64MiB --iters 10 --warmup-iters 2 \
 	    --beside-compute --lockstep --lockstep-model "$$MK_MODEL" \
 	    --lockstep-batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --lockstep-image-size 32 \
-	    $(emulated_failed); \
+	    $(matrix_failed); \
 	  if [ "$$round" = 1 ]; then \
 	    steps=$$($(PY) -m bench.host.timed_window $(emulated_comm) --model "$$MK_MODEL" \
 	      $(emulated_window)) || exit; \
 	  fi; \
 	  $(PY) -m bench matrix $(emulated_cells) --repeats 1 -- --steps "$$steps" \
-	    --comm-probe-steps "$$steps" $(emulated_train) $(emulated_failed); \
+	    --comm-probe-steps "$$steps" $(emulated_train) $(matrix_failed); \
 	done; [ "$$failed" = 0 ] || exit 1
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
 	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \

@@ -385,6 +385,15 @@ class FakeVenv:
         python.chmod(0o755)
         (self.path / ".installed").touch()  # newer than the requirements: venv is done
 
+    def exit_with(self, code: int, pattern: str) -> None:
+        """From now on a call whose arguments, joined by blanks, match the shell ``case``
+        PATTERN is recorded and then exits CODE (as a matrix with a failed cell, 1, or one
+        stopped by a signal, 128 + N)."""
+        python = self.path / "bin" / "python"
+        record, *rest = python.read_text().splitlines()[1:]
+        python.write_text("\n".join(["#!/bin/sh", record.replace("exec ", "", 1), *rest,
+                                     f'case "$*" in {pattern}) exit {code};; esac', ""]))
+
     def calls(self) -> list[list[str]]:
         if not self.log.exists():
             return []

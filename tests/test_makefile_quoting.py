@@ -493,11 +493,7 @@ def test_bench_emulated_goes_on_to_the_next_rounds_after_a_failed_cell_then_fail
         fake_venv, tmp_path):
     """A cells' matrix that recorded a failed cell exits 1: the next rounds still run (their
     rows are data), and the target fails after the last, before the table."""
-    python = fake_venv.path / "bin" / "python"
-    lines = python.read_text().splitlines()
-    lines[1] = lines[1].replace("exec ", "", 1)
-    python.write_text("\n".join([*lines, 'case "$2 $3 $4" in "bench matrix --launcher") '
-                                 'exit 1;; esac', ""]))
+    fake_venv.exit_with(1, '"-m bench matrix --launcher"*')
     proc = run_make("bench-emulated", f"VENV={fake_venv.path}",
                     f"RESULTS={tmp_path}/emulated.jsonl")
     assert proc.returncode != 0
@@ -505,3 +501,56 @@ def test_bench_emulated_goes_on_to_the_next_rounds_after_a_failed_cell_then_fail
              for argv in fake_venv.bench_calls("matrix") if "--dry-run" not in argv]
     assert kinds == ["sweep", "cells"] * 3
     assert not fake_venv.bench_calls("table")
+
+
+# Each target that runs several matrices (kinds, runs, rounds), with what it needs made.
+SEVERAL_MATRICES = {"bench-cpu": ["-o", "build-cpu"], "bench-oom": [], "bench-emulated": []}
+
+
+def matrices_run(fake_venv) -> int:
+    return len([argv for argv in fake_venv.bench_calls("matrix") if "--dry-run" not in argv])
+
+
+@pytest.mark.parametrize("target", list(SEVERAL_MATRICES))
+def test_a_failed_cell_lets_the_next_matrices_run_and_a_stop_ends_the_target(
+        target, tmp_path):
+    """A matrix that recorded a failed cell (exit 1) lets the target's next matrices run,
+    their rows are data; a user error (2) or a signal (130 Ctrl-C, 143 SIGTERM) stops the
+    target at once, so a Ctrl-C on the first never starts the second."""
+    def run(code: int):
+        venv = FakeVenv(tmp_path / str(code))
+        if code:
+            venv.exit_with(code, '"-m bench matrix "[!-]*|"-m bench matrix --"[!d]*')
+        proc = run_make(target, *SEVERAL_MATRICES[target], f"VENV={venv.path}",
+                        f"RESULTS={tmp_path}/{code}.jsonl")
+        return proc, matrices_run(venv)
+
+    settings_before = set((REPO / "build").glob("cpu-*.env"))
+    clean, every = run(0)
+    assert clean.returncode == 0 and every >= 2, clean.stderr
+    failed, ran = run(1)
+    assert ran == every
+    # bench-oom's first matrix is meant to record OOM rows: the target still succeeds.
+    assert (failed.returncode == 0) == (target == "bench-oom"), failed.stderr
+    for code in (2, 130, 143):
+        stopped, ran = run(code)
+        assert ran == 1 and stopped.returncode != 0
+        assert f"Error {code}" in stopped.stderr, stopped.stderr
+    # bench-cpu's node settings for its containers are removed however it ended.
+    assert set((REPO / "build").glob("cpu-*.env")) <= settings_before
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("RUN_TAG", "x;touch {m}"), ("CPU_ENV_FILE", "x;touch {m}"),
+    ("matrix_failed", ";touch {m}"), ("PY", "sh -c 'touch {m}'"), ("SHELL", "/bin/sh")])
+def test_a_make_variable_that_is_not_a_setting_is_refused(variable, value, marker,
+                                                         fake_venv, tmp_path):
+    """Only the settings (USER_VARIABLES) are checked where they enter; any other variable
+    given on the command line would be recipe text as it stands."""
+    proc = run_make("bench-cpu", "-o", "build-cpu", f"VENV={fake_venv.path}",
+                    f"{variable}={value.format(m=marker)}",
+                    f"RESULTS={tmp_path}/cpu.jsonl")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert f"{variable}=" in line and "not a setting of this Makefile" in line
+    assert not marker.exists() and not fake_venv.calls()
