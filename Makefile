@@ -17,7 +17,9 @@ SHELL := /bin/bash
 # Base images, pinned by digest: docker/images.env is their one source.
 include docker/images.env
 
-USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR PROFILE \
+# The settings a user may give (on the command line or in the environment). `override`: a
+# USER_VARIABLES on the command line must not widen the list the checks below read.
+override USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR PROFILE \
   EXPORT_DIR DATASET SRC FASHION_MNIST_DIR MODEL BATCH_SIZES STEPS PRECISION EPOCHS REPEATS \
   CPU_IMAGE_SIZE CPU_TRAIN_SAMPLES CPU_EVAL_SAMPLES RESULTS LAUNCHER RUNTIME HOSTS TOPOLOGIES \
   COMM_TOPOLOGIES MAX_SIZE LINK COMM_HOOKS NODES LINK_FROM FORMAT MATRIX_ARGS MODE \
@@ -25,15 +27,18 @@ USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_FLAVOUR P
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
   LINKS N_CLEAN N_SLOW GRID WORKLOADS MIN_TIMED_S
-$(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
+$(foreach v,$(USER_VARIABLES) COMPOSE,$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
 # Every other variable is the Makefile's own (RUN_TAG, CPU_ENV_FILE, the recipe fragments):
-# given on the command line it would become recipe text unchecked, so it is refused.
-# COMPOSE, a command, is read from the environment ($$COMPOSE, split at blanks).
+# given on the command line it would become recipe text unchecked, so it is refused (also
+# one a parent make was given, which arrives the same way). `make -e` would let the
+# environment override them all alike: refused too. COMPOSE is a command, split at blanks.
+$(if $(findstring e,$(firstword -$(MAKEFLAGS))),$(error make -e: the environment would \
+  override this Makefile's own variables; run make without -e and give settings as NAME=value))
 $(foreach v,$(.VARIABLES),$(if $(filter command,$(firstword $(origin $(v)))),\
-  $(if $(filter $(v),$(USER_VARIABLES) COMPOSE),,$(error $(v)=$(value $(v)): not a setting \
-  of this Makefile; drop it (the settings: $(USER_VARIABLES) COMPOSE)))))
+  $(if $(filter-out $(USER_VARIABLES) COMPOSE,$(v)),$(error $(v): given on the command \
+  line, but not a setting of this Makefile; drop it (the settings: $(USER_VARIABLES) COMPOSE)))))
 $(foreach v,$(USER_VARIABLES),$(eval export MK_$(v) = $$($(v))))
 # A value quoted for the shell, for the one place make itself runs a command ($(shell)).
 q = '$(subst ','\'',$(1))'
@@ -300,13 +305,14 @@ bench-cpu: RESULTS ?= results/cpu-$(RUN_TAG).jsonl
 $(call image_settings,bench-cpu,$$(CPU_IMAGE),$$(CPU_ENV_FILE),cpu)
 bench-cpu: venv build-cpu ## the CPU profile: 1 and 2 containers as nodes, synthetic + Fashion-MNIST
 	@$(MAKE) --no-print-directory dataset DATASET=fashion-mnist
-	@export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
+	@trap 'rm -f -- $(CPU_ENV_FILE)' EXIT; \
+	export_dir=$$(realpath -m -- "$$MK_EXPORT_DIR") && \
 	  case $$export_dir in *[[:cntrl:]]*) echo "bench-cpu: EXPORT_DIR=$$MK_EXPORT_DIR: a path without control characters" >&2; exit 2;; esac && \
 	  mkdir -p build && \
-	  grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) && \
+	  { grep -v -e '^DATA_MOUNT_TYPE=' -e '^DATA_MOUNT_OPTIONS=' -e '^DATA_DEVICE=' -- "$$MK_NODE_ENV" > $(CPU_ENV_FILE) || [ $$? = 1 ]; } && \
 	  printf 'DATA_MOUNT_TYPE=none\nDATA_MOUNT_OPTIONS=bind\nDATA_DEVICE=%s\nOMP_NUM_THREADS=1\nGLOO_SOCKET_IFNAME=lo\n' \
-	    "$$export_dir" >> $(CPU_ENV_FILE)
-	@trap 'rm -f -- $(CPU_ENV_FILE)' EXIT; failed=0; launcher=(--launcher compose); \
+	    "$$export_dir" >> $(CPU_ENV_FILE) || exit; \
+	failed=0; launcher=(--launcher compose); \
 	for kind in synthetic fashion-mnist; do $(cpu_workload); $(matrix_jobs); done; \
 	$(PY) -m bench plot "$$MK_RESULTS" >/dev/null 2>&1 || true; $(show_results); exit $$failed
 
@@ -427,8 +433,8 @@ k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFIL
 # The multi-GPU study's result: the deep & wide MLP does not fit one device, nor two under
 # DDP (every rank holds the whole model), and fits two when FSDP shards it. Each rank may
 # allocate MEMORY_CAP beyond what it holds once torch is up (a smaller machine, on CPU);
-# on GPUs, CUDA's own out-of-memory does the same. OOM rows are the expected outcome here:
-# a matrix that recorded them exits 1, and the target goes on and succeeds.
+# on GPUs, CUDA's own out-of-memory does the same. OOM rows are the expected outcome of the
+# ddp runs (their matrix exits 1 on them); the target fails where the fsdp run fails.
 bench-oom: MLP_WIDTH ?= 2048
 bench-oom: MLP_DEPTH ?= 8
 bench-oom: MEMORY_CAP ?= 300MiB
@@ -436,13 +442,15 @@ bench-oom: BATCH_SIZES ?= 8
 bench-oom: STEPS ?= 5
 bench-oom: RESULTS ?= results/oom-$(RUN_TAG).jsonl
 bench-oom: venv ## deep & wide MLP under MEMORY_CAP per rank: 1x1 ddp (oom), 1x2 ddp (oom), 1x2 fsdp (ok)
-	@for run in "1x1,1x2 ddp" "1x2 fsdp"; do read -r topologies strategy <<< "$$run"; \
-	  $(PY) -m bench matrix --models mlp --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$topologies" \
+	@fsdp_failed=0; for run in "1x1,1x2 ddp" "1x2 fsdp"; do read -r topologies strategy <<< "$$run"; \
+	  failed=0; $(PY) -m bench matrix --models mlp --batch-sizes "$$MK_BATCH_SIZES" --topologies "$$topologies" \
 	    --strategies "$$strategy" --repeats 1 --results "$$MK_RESULTS" -- --device cpu \
 	    --mlp-width "$$MK_MLP_WIDTH" --mlp-depth "$$MK_MLP_DEPTH" --memory-cap "$$MK_MEMORY_CAP" \
-	    --steps "$$MK_STEPS" --warmup-steps 1 --comm-probe-steps 0 $(matrix_failed); done; \
+	    --steps "$$MK_STEPS" --warmup-steps 1 --comm-probe-steps 0 $(matrix_failed); \
+	  [ "$$strategy" = ddp ] || fsdp_failed=$$failed; done; \
 	$(PY) -m bench table "$$MK_RESULTS" --group-by batch,model,strategy --columns peak_memory; \
-	echo "results: $$MK_RESULTS"
+	echo "results: $$MK_RESULTS"; [ "$$fsdp_failed" = 0 ] || { echo "bench-oom: the 1x2 fsdp \
+	run failed, where FSDP should fit MEMORY_CAP=$$MK_MEMORY_CAP: its row in $$MK_RESULTS says why" >&2; exit 1; }
 
 doctor: venv ## preflight of HOSTS=h1,h2: ssh, docker, image, GPU (TORCH_FLAVOUR's driver, NVSwitch Fabric Manager, GPUS_PER_NODE, default 1), MIG mode, HCAs (PROFILE=gpu-ib), interface, ports, shm, data, clocks
 	@[ -n "$$MK_HOSTS" ] || { echo "doctor: HOSTS='': set HOSTS=host1,host2[,...] (the first leads)" >&2; exit 2; }

@@ -384,7 +384,7 @@ def test_the_newest_results_file_is_the_default(checkout, fake_venv):
 
 # --- the Makefile's text -------------------------------------------------------------------------
 def user_variables() -> list[str]:
-    match = re.search(r"^USER_VARIABLES := ((?:.*\\\n)*.*)$", MAKEFILE, re.MULTILINE)
+    match = re.search(r"^override USER_VARIABLES := ((?:.*\\\n)*.*)$", MAKEFILE, re.MULTILINE)
     assert match, "USER_VARIABLES is the list of the variables users set"
     return match.group(1).replace("\\\n", " ").split()
 
@@ -517,10 +517,10 @@ def test_a_failed_cell_lets_the_next_matrices_run_and_a_stop_ends_the_target(
     """A matrix that recorded a failed cell (exit 1) lets the target's next matrices run,
     their rows are data; a user error (2) or a signal (130 Ctrl-C, 143 SIGTERM) stops the
     target at once, so a Ctrl-C on the first never starts the second."""
-    def run(code: int):
-        venv = FakeVenv(tmp_path / str(code))
+    def run(code: int, which: str = '"-m bench matrix "[!-]*|"-m bench matrix --"[!d]*'):
+        venv = FakeVenv(tmp_path / f"{code}-{len(which)}")
         if code:
-            venv.exit_with(code, '"-m bench matrix "[!-]*|"-m bench matrix --"[!d]*')
+            venv.exit_with(code, which)
         proc = run_make(target, *SEVERAL_MATRICES[target], f"VENV={venv.path}",
                         f"RESULTS={tmp_path}/{code}.jsonl")
         return proc, matrices_run(venv)
@@ -529,9 +529,12 @@ def test_a_failed_cell_lets_the_next_matrices_run_and_a_stop_ends_the_target(
     clean, every = run(0)
     assert clean.returncode == 0 and every >= 2, clean.stderr
     failed, ran = run(1)
-    assert ran == every
-    # bench-oom's first matrix is meant to record OOM rows: the target still succeeds.
-    assert (failed.returncode == 0) == (target == "bench-oom"), failed.stderr
+    assert ran == every and failed.returncode != 0, failed.stderr
+    if target == "bench-oom":
+        assert "the 1x2 fsdp run failed, where FSDP should fit" in failed.stderr
+        # Its ddp runs are meant to record OOM rows: with those alone it succeeds.
+        expected, ran = run(1, '*"--strategies ddp"*')
+        assert ran == every and expected.returncode == 0, expected.stderr
     for code in (2, 130, 143):
         stopped, ran = run(code)
         assert ran == 1 and stopped.returncode != 0
@@ -542,7 +545,8 @@ def test_a_failed_cell_lets_the_next_matrices_run_and_a_stop_ends_the_target(
 
 @pytest.mark.parametrize("variable, value", [
     ("RUN_TAG", "x;touch {m}"), ("CPU_ENV_FILE", "x;touch {m}"),
-    ("matrix_failed", ";touch {m}"), ("PY", "sh -c 'touch {m}'"), ("SHELL", "/bin/sh")])
+    ("matrix_failed", ";touch {m}"), ("PY", "sh -c 'touch {m}'"), ("SHELL", "/bin/sh"),
+    ("RUN_TAG", "two\nlines;touch {m}")])
 def test_a_make_variable_that_is_not_a_setting_is_refused(variable, value, marker,
                                                          fake_venv, tmp_path):
     """Only the settings (USER_VARIABLES) are checked where they enter; any other variable
@@ -552,5 +556,24 @@ def test_a_make_variable_that_is_not_a_setting_is_refused(variable, value, marke
                     f"RESULTS={tmp_path}/cpu.jsonl")
     assert proc.returncode == 2
     (line,) = error_lines(proc.stderr)
-    assert f"{variable}=" in line and "not a setting of this Makefile" in line
+    assert line.startswith("Makefile:") and f"*** {variable}: given on the command line" in line
     assert not marker.exists() and not fake_venv.calls()
+
+
+def test_the_settings_list_and_the_environment_cannot_widen_what_is_checked(marker,
+                                                                           fake_venv):
+    """The list of settings is the Makefile's own: one given beside RUN_TAG does not admit
+    it; `make -e` (the environment over the Makefile's own variables) is refused; COMPOSE,
+    a setting read as a command, is checked for make's `$` as the others are."""
+    injected = f"x;touch {marker}"
+    widened = run_make("bench-cpu", "-o", "build-cpu", f"VENV={fake_venv.path}",
+                       "USER_VARIABLES=USER_VARIABLES RUN_TAG", f"RUN_TAG={injected}")
+    assert widened.returncode == 2 and "*** RUN_TAG: given on the command line" in \
+        widened.stderr
+    for flags, env in ((["-e"], {}), ([], {"MAKEFLAGS": "e"})):
+        proc = run_make(*flags, "help", env={"RUN_TAG": injected, **env})
+        assert proc.returncode == 2 and "make -e: the environment would override" in \
+            proc.stderr
+    compose = run_make("help", f"COMPOSE=$(shell touch {marker})")
+    assert compose.returncode == 2 and "COMPOSE=" in compose.stderr
+    assert not fake_venv.calls()
