@@ -539,8 +539,10 @@ def test_a_failed_cell_lets_the_next_matrices_run_and_a_stop_ends_the_target(
         stopped, ran = run(code)
         assert ran == 1 and stopped.returncode != 0
         assert f"Error {code}" in stopped.stderr, stopped.stderr
-    # bench-cpu's node settings for its containers are removed however it ended.
-    assert set((REPO / "build").glob("cpu-*.env")) <= settings_before
+    # bench-cpu's node settings for its containers are removed however it ended (only
+    # its own case looks: under xdist another case's bench-cpu may be writing one).
+    if target == "bench-cpu":
+        assert set((REPO / "build").glob("cpu-*.env")) <= settings_before
 
 
 @pytest.mark.parametrize("variable, value", [
