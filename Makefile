@@ -27,18 +27,21 @@ override USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
   LINKS N_CLEAN N_SLOW GRID WORKLOADS MIN_TIMED_S
-$(foreach v,$(USER_VARIABLES) COMPOSE,$(if $(filter command environment,$(firstword $(origin $(v)))),\
+# What may enter from outside: the settings, and COMPOSE (a command, split at blanks, not
+# exported as MK_COMPOSE).
+override ENTERING := $(USER_VARIABLES) COMPOSE
+$(foreach v,$(ENTERING),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
 # Every other variable is the Makefile's own (RUN_TAG, CPU_ENV_FILE, the recipe fragments):
 # given on the command line it would become recipe text unchecked, so it is refused (also
 # one a parent make was given, which arrives the same way). `make -e` would let the
-# environment override them all alike: refused too. COMPOSE is a command, split at blanks.
+# environment override them all alike: refused too.
 $(if $(findstring e,$(firstword -$(MAKEFLAGS))),$(error make -e: the environment would \
   override this Makefile's own variables; run make without -e and give settings as NAME=value))
 $(foreach v,$(.VARIABLES),$(if $(filter command,$(firstword $(origin $(v)))),\
-  $(if $(filter-out $(USER_VARIABLES) COMPOSE,$(v)),$(error $(v): given on the command \
-  line, but not a setting of this Makefile; drop it (the settings: $(USER_VARIABLES) COMPOSE)))))
+  $(if $(filter-out $(ENTERING),$(v)),$(error $(v): given on the command line, but not a \
+  setting of this Makefile; drop it (the settings: $(ENTERING))))))
 $(foreach v,$(USER_VARIABLES),$(eval export MK_$(v) = $$($(v))))
 # A value quoted for the shell, for the one place make itself runs a command ($(shell)).
 q = '$(subst ','\'',$(1))'
