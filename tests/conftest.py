@@ -205,6 +205,7 @@ def docker_engine() -> list[str]:
     """The Compose command, once the Docker daemon is known to answer."""
     ok = subprocess.run(["docker", "info"], capture_output=True).returncode == 0
     _require(ok, "the Docker daemon does not answer: `make docker` starts it")
+    _note_containers_left_before()   # where the daemon came up after the session began
     from bench.host.contract import compose_command
 
     return compose_command()
@@ -242,11 +243,44 @@ def nfs_image(docker_engine) -> str:
     return _local_image("NFS_IMAGE", "bench-nfs:latest", "build-nfs")
 
 
+def _bench_containers_by_id() -> dict[str, str]:
+    """{id: name} of every container (running or not) a bench-* Compose project made."""
+    out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
+                         capture_output=True, text=True, check=True).stdout
+    pairs = (line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return {cid: name for cid, name in pairs if name.startswith("bench-")}
+
+
+# Containers that were there before this session began: a run cut short (a machine stopped
+# mid-test, a Ctrl-C during `docker compose up`) leaves its nodes' containers behind, and a
+# CI run on a copy of that machine found them and failed 19 tests that had left nothing
+# themselves. The checks count what this session made; the header names what they leave out.
+_LEFT_BEFORE: dict[str, str] | None = None
+
+
+def _note_containers_left_before() -> None:
+    global _LEFT_BEFORE
+    if _LEFT_BEFORE is None and shutil.which("docker") and subprocess.run(
+            ["docker", "info"], capture_output=True).returncode == 0:
+        _LEFT_BEFORE = _bench_containers_by_id()
+
+
+def pytest_sessionstart(session):
+    _note_containers_left_before()
+
+
+def pytest_report_header(config):
+    if _LEFT_BEFORE:
+        return [f"bench-* containers from before this run, left out of its checks (remove "
+                f"them with docker rm -f): {' '.join(sorted(_LEFT_BEFORE.values()))}"]
+    return []
+
+
 def bench_containers() -> list[str]:
-    """Names of containers (running or not) that this stack's Compose projects made."""
-    out = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"],
-                         capture_output=True, text=True, check=True).stdout.split()
-    return [name for name in out if name.startswith("bench-")]
+    """Names of containers (running or not) that this stack's Compose projects made in this
+    session: what a test that cleans up must leave none of."""
+    return [name for cid, name in _bench_containers_by_id().items()
+            if cid not in (_LEFT_BEFORE or {})]
 
 
 @pytest.fixture(scope="session")

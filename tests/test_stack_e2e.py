@@ -113,6 +113,30 @@ def test_a_cpu_trainer_trains_with_one_capability_and_no_new_privileges(
     assert bench_containers() == []
 
 
+def test_a_container_left_from_before_the_session_is_named_and_not_counted(cpu_image):
+    """The leftover-container check counts what a session made: one made now is counted, and
+    a session that begins after it (conftest, as pytest starts it) names it and leaves it
+    out, so a run cut short earlier does not fail every later test's check."""
+    name = f"bench-leftover-{os.getpid()}"
+    made = subprocess.run(["docker", "create", "--name", name, cpu_image],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    try:
+        assert name in bench_containers(), "made in this session: counted"
+        later_session = subprocess.run(
+            [sys.executable, "-c", "import conftest; conftest.pytest_sessionstart(None); "
+             "print(conftest.pytest_report_header(None)); print(conftest.bench_containers())"],
+            cwd=REPO / "tests", capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert later_session.returncode == 0, later_session.stderr
+        header, counted = later_session.stdout.splitlines()[-2:]
+        assert "from before this run" in header and name in header
+        assert name not in counted
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    assert name not in bench_containers()
+
+
 def test_compose_names_a_missing_setting(docker_engine, tmp_path):
     empty = tmp_path / "empty.env"
     empty.write_text("")
