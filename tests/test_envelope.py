@@ -127,3 +127,40 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     moved = re.search(r"moves by up to (\d\.\d\d) between two runs",
                       (runs / "README.md").read_text().replace("\n", " "))
     assert moved and f"moved by up to {moved.group(1)} between two runs" in envelope.BEYOND
+
+
+@pytest.mark.parametrize("hook, driver, said", [
+    ("powersgd", None, True), ("none", None, False), ("fp16", None, False),
+    ("powersgd", "580.95", False)])
+def test_a_powersgd_setup_on_cpu_is_told_the_hook_read_optimistic(hook, driver, said):
+    rec = _changed(**{"config__model__model": "resnet18", "config__distributed__comm_hook": hook,
+                      "env__driver": driver})
+    text = envelope.line(rec, 1e9, [2])
+    assert text is not None and (envelope.POWERSGD in text) == said
+    inside = _changed(**{"config__distributed__comm_hook": hook})
+    assert envelope.line(inside, 1e9, [2]) is None, "inside what was checked: no caveat"
+
+
+def test_the_powersgd_caveat_agrees_with_the_grids_it_cites():
+    """Its range and counts are the PowerSGD rows of the tables of the grids it names; the
+    other hooks' rows there are the within-band claim its comment makes."""
+    import re
+
+    rows = []
+    for name in envelope.POWERSGD_GRIDS:
+        assert name in envelope.POWERSGD, name
+        table = REPO / "results" / "reference" / name / "grid.md"
+        rows += [line.split(" | ") for line in table.read_text().splitlines()
+                 if re.match(r"\| .* \| (dev|held out) \| ", line)]
+    powersgd = [row for row in rows if row[3].startswith("powersgd")]
+    ratios = [float(row[8].split()[0]) for row in powersgd]
+    off = [row for row in powersgd if "**off**" in row[8]]
+    assert f"read {min(ratios):.2f}-{max(ratios):.2f}" in envelope.POWERSGD
+    assert f"outside 0.90-1.10 in {len(off)} of {len(ratios)} cells" in envelope.POWERSGD
+    below = sum(r < 1.0 for r in ratios)
+    assert f"{below} of {len(ratios)} below 1" in envelope.POWERSGD
+    assert f"up to {round((1 - min(ratios)) * 100)}% fewer samples/s" in envelope.POWERSGD
+    others = [float(row[8].split()[0]) for row in rows if not row[3].startswith("powersgd")]
+    assert len(others) == 12 and 0.90 <= min(others) and max(others) <= 1.10
+    cited = re.search(r"results/reference/([\w-]+)/\)", envelope.POWERSGD)
+    assert cited and (REPO / "results" / "reference" / cited.group(1) / "README.md").is_file()

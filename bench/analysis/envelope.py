@@ -35,6 +35,21 @@ BEYOND = ("on other workloads on emulated hosts of one CPU, 2 nodes "
           "1.00-1.10, outside 0.90-1.10 in 0 of 6 cells (0 optimistic); and the same cell "
           "moved by up to 0.22 between two runs (results/reference/accuracy-grid-3)")
 
+# PowerSGD apart: on the same hosts, with the sweeps and the cells run in rounds (repeat r of
+# every sweep, then of every cell: parts eleven to fourteen, 2026-11-29, an AMD EPYC VM),
+# every cell with no hook, fp16 or bf16 read within (0.92-1.09, 12 of 12), and five of six
+# PowerSGD cells below 1. Its hook's own work before the first all-reduce (error feedback,
+# the P matmul, on backward's thread) took up to 2.17 times as long on two nodes there as in
+# the one-node probe, and nothing in the model charges that yet
+# (results/reference/powersgd-sync-part/).
+POWERSGD_GRIDS = ("accuracy-grid-11-heldout", "accuracy-grid-12", "accuracy-grid-13",
+                  "accuracy-grid-14")
+POWERSGD = ("with PowerSGD, in rounds on emulated hosts of one CPU "
+            "(results/reference/accuracy-grid-11-heldout, accuracy-grid-12, accuracy-grid-13 "
+            "and accuracy-grid-14, 2026-11-29) measured / predicted read 0.80-1.01, outside "
+            "0.90-1.10 in 4 of 6 cells, 5 of 6 below 1: a run may measure up to 20% fewer "
+            "samples/s than predicted (results/reference/powersgd-sync-part/)")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Envelope:
@@ -114,7 +129,10 @@ def line(rec: dict, link_bps: float | None, nodes: list[int]) -> str | None:
     found = outside(rec, link_bps, nodes)
     if not found:
         return None
+    hook = _part(_part(rec, "config"), "distributed").get("comm_hook")
+    on_cpu = _part(rec, "env").get("driver") is None
+    powersgd = f"; {POWERSGD}" if hook == "powersgd" and on_cpu else ""
     return (f"outside what the prediction was checked on ({CHECKED.text()}; {WHERE}): "
             f"{', '.join(found)}. Read these figures as the model's estimate, not as "
-            f"checked ones ({BEYOND}); a multi-node run on this setup checks them "
+            f"checked ones ({BEYOND}{powersgd}); a multi-node run on this setup checks them "
             "(measured/predicted)")

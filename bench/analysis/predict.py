@@ -104,7 +104,11 @@ with PowerSGD, six latency-bound all-reduces a step with DDP's two buckets, took
 longer to the end of backward and 2-4 ms longer in the last sync than charged (0.77,
 part eight); and with PowerSGD a bucket's chain takes longer on two nodes than charged:
 13-15 ms on resnet18's last bucket (part five), 10 ms on the MLP 2048x2's first, which
-holds backward at the second (part eight). On 2-4
+holds backward at the second (part eight); the hook's synchronous part (error feedback, the P
+matmul, on backward's thread) took up to 2.17 times as long on two nodes as in the one-node
+probe on an AMD EPYC VM, where PowerSGD read 0.80-1.01 in rounds, and 1.00-1.39 on an Intel
+one (results/reference/powersgd-sync-part/; ``envelope.POWERSGD`` says so beside such a
+prediction). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
 Gbit/s: 0.94-1.06, 6 of 6, results/reference/emulated-accuracy-2/); on an earlier, faster
