@@ -243,26 +243,40 @@ def nfs_image(docker_engine) -> str:
     return _local_image("NFS_IMAGE", "bench-nfs:latest", "build-nfs")
 
 
-def _bench_containers_by_id() -> dict[str, str]:
-    """{id: name} of every container (running or not) a bench-* Compose project made."""
-    out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
-                         capture_output=True, text=True, check=True).stdout
-    pairs = (line.split(" ", 1) for line in out.splitlines() if " " in line)
-    return {cid: name for cid, name in pairs if name.startswith("bench-")}
+def _bench_containers_by_id(timeout: float | None = None) -> dict[str, tuple[str, str]]:
+    """{id: (name, state)} of every container (running or not) a bench-* Compose project
+    made."""
+    out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--format",
+                          "{{.ID}} {{.State}} {{.Names}}"],
+                         capture_output=True, text=True, check=True, timeout=timeout).stdout
+    rows = (line.split(" ", 2) for line in out.splitlines())
+    return {row[0]: (row[2], row[1]) for row in rows
+            if len(row) == 3 and row[2].startswith("bench-")}
 
 
-# Containers that were there before this session began: a run cut short (a machine stopped
+# Containers that had ended before this session began: a run cut short (a machine stopped
 # mid-test, a Ctrl-C during `docker compose up`) leaves its nodes' containers behind, and a
-# CI run on a copy of that machine found them and failed 19 tests that had left nothing
-# themselves. The checks count what this session made; the header names what they leave out.
-_LEFT_BEFORE: dict[str, str] | None = None
+# CI run on a copy of that machine found two and failed 19 tests that had left nothing
+# themselves. The checks count what this session made and what still runs (a running one
+# holds MASTER_PORT or TCP 2049 and is in the tests' way); the header names both kinds.
+_LEFT_BEFORE: dict[str, tuple[str, str]] | None = None
 
 
 def _note_containers_left_before() -> None:
+    """Once per session, where Docker answers; a daemon that does not leaves the checks
+    counting everything (and the Docker tests fail on their own fixture)."""
     global _LEFT_BEFORE
-    if _LEFT_BEFORE is None and shutil.which("docker") and subprocess.run(
-            ["docker", "info"], capture_output=True).returncode == 0:
-        _LEFT_BEFORE = _bench_containers_by_id()
+    if _LEFT_BEFORE is not None or not shutil.which("docker"):
+        return
+    try:
+        if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0:
+            _LEFT_BEFORE = _bench_containers_by_id(timeout=30)
+    except (subprocess.SubprocessError, OSError):
+        pass
+
+
+def _ended_before() -> set[str]:
+    return {cid for cid, (_, state) in (_LEFT_BEFORE or {}).items() if state != "running"}
 
 
 def pytest_sessionstart(session):
@@ -270,17 +284,40 @@ def pytest_sessionstart(session):
 
 
 def pytest_report_header(config):
-    if _LEFT_BEFORE:
-        return [f"bench-* containers from before this run, left out of its checks (remove "
-                f"them with docker rm -f): {' '.join(sorted(_LEFT_BEFORE.values()))}"]
-    return []
+    lines = []
+    for running, what in ((False, "ended before this run, left out of its checks"),
+                          (True, "running before this run, in its way and counted")):
+        names = sorted(name for name, state in (_LEFT_BEFORE or {}).values()
+                       if (state == "running") == running)
+        if names:
+            lines.append(f"bench-* containers {what} (remove them with docker rm -f): "
+                         f"{' '.join(names)}")
+    return lines
 
 
 def bench_containers() -> list[str]:
-    """Names of containers (running or not) that this stack's Compose projects made in this
-    session: what a test that cleans up must leave none of."""
-    return [name for cid, name in _bench_containers_by_id().items()
-            if cid not in (_LEFT_BEFORE or {})]
+    """Names of bench-* containers (running or not), those that had ended before this
+    session left out: what a test that cleans up must leave none of."""
+    ended = _ended_before()
+    return [name for cid, (name, _) in _bench_containers_by_id().items() if cid not in ended]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A container a test of this session left fails the session, even where no later test
+    checks (the parallel phase's, which the serial phase would count as from before it).
+    On the controller only: under xdist, a worker's session ends while the other runs."""
+    if _LEFT_BEFORE is None or hasattr(session.config, "workerinput"):
+        return
+    try:
+        left = [name for cid, (name, _) in _bench_containers_by_id(timeout=30).items()
+                if cid not in _LEFT_BEFORE]
+    except (subprocess.SubprocessError, OSError):
+        return
+    if left:
+        print(f"\nthis session left bench-* containers behind: {' '.join(sorted(left))}",
+              file=sys.stderr)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

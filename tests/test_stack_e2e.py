@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -114,27 +115,43 @@ def test_a_cpu_trainer_trains_with_one_capability_and_no_new_privileges(
 
 
 def test_a_container_left_from_before_the_session_is_named_and_not_counted(cpu_image):
-    """The leftover-container check counts what a session made: one made now is counted, and
-    a session that begins after it (conftest, as pytest starts it) names it and leaves it
-    out, so a run cut short earlier does not fail every later test's check."""
-    name = f"bench-leftover-{os.getpid()}"
-    made = subprocess.run(["docker", "create", "--name", name, cpu_image],
-                          capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
+    """The leftover-container check counts what a session made: one made now is counted. A
+    session that begins after it names it in pytest's header, and leaves it out of the
+    count once it has ended; one still running (holding a port the tests need) stays
+    counted. So a run cut short earlier does not fail every later test's check."""
+    tag = uuid.uuid4().hex[:12]
+    ended, running = f"bench-leftover-{tag}", f"bench-leftover-running-{tag}"
     try:
-        assert name in bench_containers(), "made in this session: counted"
-        later_session = subprocess.run(
+        made = subprocess.run(["docker", "create", "--name", ended, cpu_image],
+                              capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        made = subprocess.run(["docker", "run", "-d", "--name", running, "--network", "none",
+                               "--entrypoint", "sleep", cpu_image, "300"],
+                              capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        assert {ended, running} <= set(bench_containers()), "made in this session: counted"
+        # A real pytest session: its conftest hooks, as pytest registers them.
+        header = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
+             "tests/test_envelope.py", "-k", "test_the_reference_runs_are_inside"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTEST_ADDOPTS": ""})
+        assert header.returncode == 0, header.stdout[-2000:] + header.stderr[-2000:]
+        named = [li for li in header.stdout.splitlines() if li.startswith("bench-* containers")]
+        assert any("ended before" in li and ended in li for li in named), header.stdout[:2000]
+        assert any("running before" in li and running in li for li in named)
+        # What that later session's checks count (conftest's own functions, as it runs them).
+        later = subprocess.run(
             [sys.executable, "-c", "import conftest; conftest.pytest_sessionstart(None); "
-             "print(conftest.pytest_report_header(None)); print(conftest.bench_containers())"],
+             "print(conftest.bench_containers())"],
             cwd=REPO / "tests", capture_output=True, text=True, timeout=120,
             env={**os.environ, "PYTHONPATH": str(REPO)})
-        assert later_session.returncode == 0, later_session.stderr
-        header, counted = later_session.stdout.splitlines()[-2:]
-        assert "from before this run" in header and name in header
-        assert name not in counted
+        assert later.returncode == 0, later.stderr
+        counted = later.stdout.splitlines()[-1]
+        assert ended not in counted and running in counted
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
-    assert name not in bench_containers()
+        subprocess.run(["docker", "rm", "-f", ended, running], capture_output=True)
+    assert not {ended, running} & set(bench_containers())
 
 
 def test_compose_names_a_missing_setting(docker_engine, tmp_path):
@@ -223,7 +240,7 @@ SECCOMP_PROFILE = str(REPO / "nfs" / "seccomp.json")
 
 
 def _serve(docker_engine, export, clients, env: dict | None = None):
-    project = f"bench-nfstest-{os.getpid()}"
+    project = f"bench-nfstest-{uuid.uuid4().hex[:12]}"
     env = {"NFS_EXPORT_DIR": str(export), "NFS_CLIENTS": clients,
            "BENCH_ENV_FILE": str(EXAMPLE_ENV), "NFS_SECCOMP_PROFILE": SECCOMP_PROFILE,
            **(env or {})}
