@@ -4,6 +4,7 @@ difference beside its figures."""
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import subprocess
 import sys
@@ -129,12 +130,13 @@ def test_the_caveat_says_what_the_grid_measured_and_agrees_with_its_tables():
     assert moved and f"moved by up to {moved.group(1)} between two runs" in envelope.BEYOND
 
 
-@pytest.mark.parametrize("hook, driver, said", [
-    ("powersgd", None, True), ("none", None, False), ("fp16", None, False),
-    ("powersgd", "580.95", False)])
-def test_a_powersgd_setup_on_cpu_is_told_the_hook_read_optimistic(hook, driver, said):
+@pytest.mark.parametrize("hook, device, driver, said", [
+    ("powersgd", "cpu", None, True), ("none", "cpu", None, False), ("fp16", "cpu", None, False),
+    ("powersgd", "cuda", "580.95", False), ("powersgd", "cuda", None, False),
+    ("powersgd", None, None, True), ("powersgd", None, "580.95", False)])
+def test_a_powersgd_setup_on_cpu_is_told_the_hook_read_optimistic(hook, device, driver, said):
     rec = _changed(**{"config__model__model": "resnet18", "config__distributed__comm_hook": hook,
-                      "env__driver": driver})
+                      "config__distributed__device": device, "env__driver": driver})
     text = envelope.line(rec, 1e9, [2])
     assert text is not None and (envelope.POWERSGD in text) == said
     inside = _changed(**{"config__distributed__comm_hook": hook})
@@ -160,7 +162,10 @@ def test_the_powersgd_caveat_agrees_with_the_grids_it_cites():
     below = sum(r < 1.0 for r in ratios)
     assert f"{below} of {len(ratios)} below 1" in envelope.POWERSGD
     assert f"up to {round((1 - min(ratios)) * 100)}% fewer samples/s" in envelope.POWERSGD
+    # What the comment beside it says of the other hooks there: 12 of 12 within, 0.92-1.09.
     others = [float(row[8].split()[0]) for row in rows if not row[3].startswith("powersgd")]
-    assert len(others) == 12 and 0.90 <= min(others) and max(others) <= 1.10
+    assert f"({min(others):.2f}-{max(others):.2f}, {len(others)} of {len(others)})" in \
+        inspect.getsource(envelope)
+    assert 0.90 <= min(others) and max(others) <= 1.10
     cited = re.search(r"results/reference/([\w-]+)/\)", envelope.POWERSGD)
     assert cited and (REPO / "results" / "reference" / cited.group(1) / "README.md").is_file()

@@ -129,8 +129,12 @@ def line(rec: dict, link_bps: float | None, nodes: list[int]) -> str | None:
     found = outside(rec, link_bps, nodes)
     if not found:
         return None
-    hook = _part(_part(rec, "config"), "distributed").get("comm_hook")
-    on_cpu = _part(rec, "env").get("driver") is None
+    distributed = _part(_part(rec, "config"), "distributed")
+    # The device it trained on, where the record says; else no GPU driver seen.
+    device = distributed.get("device")
+    on_cpu = device == "cpu" if device in ("cpu", "cuda") else \
+        _part(rec, "env").get("driver") is None
+    hook = distributed.get("comm_hook")
     powersgd = f"; {POWERSGD}" if hook == "powersgd" and on_cpu else ""
     return (f"outside what the prediction was checked on ({CHECKED.text()}; {WHERE}): "
             f"{', '.join(found)}. Read these figures as the model's estimate, not as "
