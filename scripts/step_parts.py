@@ -26,7 +26,9 @@ beside compute (time, compute taken). And the step until backward ends against t
 one-node timeline's end of backward (where the model starts), beside what the model adds
 there, part by part: the compute's pace with the hosts in phase, the waits for the slowest
 rank that fall before backward ends, the CPU time the syncs take from backward, and the
-buffer broadcasts.
+buffer broadcasts. Last, each bucket's marks over N nodes, predicted (the model's traced
+simulation) and measured (the N-node repeats' bucket timelines): when backward reached it,
+handed it over and its sync ended, so the stretch where the prediction falls behind shows.
 
 One table per comm hook: nodes, repeats, step ms, then each part's ms (the median over the
 cell's repeats of the mean over its ranks of the part's per-step median, ``p50``), and the
@@ -52,6 +54,7 @@ from bench.analysis.prediction import (  # noqa: E402
     Link,
     Prediction,
     Timeline,
+    _drawn_to_mean,
     predict_step,
 )
 from bench.config import OneLineErrorParser  # noqa: E402
@@ -303,6 +306,62 @@ def first_bucket(records: list[dict], sweeps: list[dict]) -> str:
         "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
 
 
+MARKS = ("ready", "issued", "done")
+
+
+def _measured_marks(rec: dict) -> dict[str, list[float]] | None:
+    """An N-node record's bucket marks (rank 0's medians over its steps), drawn out to its
+    mean step as the model draws the one-node timeline; None where a list is missing or
+    not one number per bucket."""
+    timeline = rec.get("bucket_timeline")
+    if not isinstance(timeline, dict):
+        return None
+    lists = [timeline.get(f"{kind}_s") for kind in MARKS]
+    if not all(isinstance(x, list) and x and len(x) == len(lists[0])
+               and all(isinstance(t, (int, float)) for t in x) for x in lists):
+        return None
+    drawn = _drawn_to_mean(timeline)
+    return {kind: list(drawn[f"{kind}_s"]) for kind in MARKS}
+
+
+def bucket_marks(records: list[dict], sweeps: list[dict]) -> str:
+    """Per setup and node count: when backward reached each bucket (ready), handed it over
+    (issued) and its sync ended (done), in ms from the step's start, as the model predicts
+    them (its simulation's events) and as the N-node repeats measured them (the median
+    over repeats), so that the stretch where the prediction falls behind shows. A bucket
+    whose measured marks differ in count from the timeline's is left out."""
+    lines = ["| hook | nodes | bucket | ready ms: predicted / measured | issued | done |",
+             "|---|---|---|---|---|---|"]
+    for key, repeats in single_node_repeats(records).items():
+        timeline = Timeline.of(median_repeat(repeats))
+        if not timeline.sent_bytes:
+            continue
+        chosen = sweeps_for_hook(sweeps, key[-1])
+        by_nodes: dict[tuple[int, object], list[dict[str, list[float]]]] = {}
+        for rec in record.training(records):
+            marks = _measured_marks(rec) if rec.get("status") == "ok" else None
+            if marks and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1 \
+                    and len(marks["ready"]) == len(timeline.ready_s):
+                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(marks)
+        for (nodes, rate), measured in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
+            over = _sweeps_over(chosen, nodes, rate)
+            if not over:
+                continue
+            trace: list[tuple[str, int, float]] = []
+            predict_step(timeline, LinkRange.of_sweeps(over).point, nodes, trace)
+            predicted = {(what, bucket): t for what, bucket, t in trace}
+            for bucket in range(len(timeline.ready_s)):
+                cells = []
+                for kind in MARKS:
+                    seen = statistics.median(m[kind][bucket] for m in measured)
+                    guess = predicted.get((kind, bucket))
+                    cells.append(f"{'-' if guess is None else f'{guess * 1e3:.1f}'} / "
+                                 f"{seen * 1e3:.1f}")
+                lines.append(f"| {key[-1]} | {nodes} | {bucket} | {' | '.join(cells)} |")
+    return "\n".join(lines) if len(lines) > 2 else \
+        "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="step_parts", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
@@ -333,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## until backward ends, against the one-node timeline's end of backward "
               "(measured, and what the model adds)\n")
         print(growth(records, sweeps))
+        print("\n## each bucket's marks over N nodes (predicted / measured, ms from the "
+              "step's start)\n")
+        print(bucket_marks(records, sweeps))
     return 0
 
 

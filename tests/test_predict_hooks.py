@@ -156,3 +156,56 @@ def test_on_half_a_cpu_gloos_cpu_work_takes_twice_as_long():
                                      "cpu_share": 0.5}},
            "bucket_timeline": {"ready_s": [0.1], "sent_bytes": [1.0], "step_s": 0.1}}
     assert Timeline.of(rec).cpu_share == 0.5
+
+
+def _events(trace, what):
+    return [t for kind, _, t in trace if kind == what]
+
+
+def test_the_trace_sets_the_serialized_wait_where_the_model_puts_it():
+    """The held example above, traced: backward reaches bucket 1 at 0.2, waits for bucket
+    0 (done at 0.25), and only then does its 0.1 s of work before the hand-over (0.35)."""
+    base = Timeline((0.1, 0.2), (150e6, 1e6), 0.4, issued_s=(0.1, 0.3), hook_s=(0.0, 0.0),
+                    done_last_s=0.3, serialized=True)
+    trace: list = []
+    held = predict_step(base, LINK, 2, trace)
+    assert held == predict_step(base, LINK, 2)          # tracing changes nothing
+    assert _events(trace, "ready") == pytest.approx([0.1, 0.2])
+    assert _events(trace, "done") == pytest.approx([0.25, 0.351])
+    assert _events(trace, "issued") == pytest.approx([0.1, 0.35])
+    assert _events(trace, "sending") == pytest.approx([0.1, 0.35])
+
+
+@given(st.lists(st.tuples(st.floats(0.001, 0.2), st.floats(0, 0.05), st.floats(1e3, 5e7)),
+                min_size=1, max_size=6),
+       st.floats(0, 0.1), st.booleans(), st.sampled_from([None, 1, 4]),
+       st.lists(st.floats(1e3, 1e7), max_size=2))
+def test_the_traced_marks_keep_order_and_end_where_the_step_says(gaps, tail, serialized,
+                                                                 cpus, broadcasts):
+    """Any timeline: each bucket has one event of each kind, ready <= issued <= sending <=
+    done, buckets are sent in order, and the step is the later of the last hand-over and
+    the last done, after the forward's broadcasts, plus the tail."""
+    ready, issued, t = [], [], 0.0
+    for gap, sync_part, _ in gaps:
+        t += gap
+        ready.append(t)
+        t += sync_part
+        issued.append(t)
+    timeline = Timeline(tuple(ready), tuple(sent for _, _, sent in gaps), t + tail,
+                        calls_per_bucket=3.0 if serialized else 1.0, compute_cpus=cpus,
+                        issued_s=tuple(issued), hook_s=tuple(0.001 for _ in gaps),
+                        done_last_s=t, serialized=serialized,
+                        broadcast_bytes=tuple(broadcasts))
+    trace: list = []
+    p = predict_step(timeline, Link(busbw_Bps=1e9, latency_s=1e-4), 2, trace)
+    assert p == predict_step(timeline, Link(busbw_Bps=1e9, latency_s=1e-4), 2)
+    kinds = ("ready", "issued", "sending", "done")
+    for bucket in range(len(gaps)):
+        marks = [[t for kind, b, t in trace if kind == what and b == bucket] for what in kinds]
+        assert all(len(m) == 1 for m in marks)
+        r, i, s, d = (m[0] for m in marks)
+        assert r <= i + 1e-9 and i <= s + 1e-9 and s <= d + 1e-9
+        if bucket:
+            assert s >= _events(trace, "done")[bucket - 1] - 1e-9
+    end = max(_events(trace, "issued")[-1], _events(trace, "done")[-1])
+    assert p.step_s == pytest.approx(end + timeline.tail_s, abs=1e-9)

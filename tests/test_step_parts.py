@@ -285,3 +285,49 @@ def test_a_sweep_not_probed_beside_compute_leaves_that_column_empty(tmp_path):
     rows = [line.split("|")[1:-1] for line in table.splitlines()
             if line.startswith(("| none |", "| powersgd |"))]
     assert len(rows) == 6 and all(row[4].strip() == "-" for row in rows), rows
+
+
+# resnet18 b8 in rounds (part twelve): three buckets, a serialized PowerSGD hook.
+ROUNDS = REPO / "results" / "reference" / "accuracy-grid-12" / "resnet18-b8-5gbit"
+
+
+def test_each_buckets_marks_are_set_beside_the_models_traced_events(tmp_path):
+    """Per bucket of the N-node cells: the model's ready, hand-over and done (its traced
+    simulation, from the step's start) beside the medians over the repeats of each
+    repeat's own marks drawn out to its mean step; a torn timeline is left out."""
+    from bench.analysis.predict import (
+        LinkRange,
+        median_repeat,
+        single_node_repeats,
+        sweeps_for_hook,
+    )
+    from bench.analysis.prediction import Timeline, _drawn_to_mean, predict_step
+
+    records = record.load(ROUNDS / "5gbit.jsonl")
+    two = [r for r in records if r.get("nnodes") == 2 and r.get("comm_hook") == "powersgd"]
+    torn = copy.deepcopy(two[0])
+    torn["bucket_timeline"]["issued_s"] = torn["bucket_timeline"]["issued_s"][:-1]
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [*records, torn]))
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results),
+                           "--link-from", str(ROUNDS / "5gbit-comm.jsonl")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = _section(proc.stdout, "each bucket's marks")
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()
+            if line.startswith("| powersgd | 2 |")]
+    (repeats,) = [recs for key, recs in single_node_repeats(records).items()
+                  if key[-1] == "powersgd"]
+    timeline = Timeline.of(median_repeat(repeats))
+    link = LinkRange.of_sweeps([s for s in sweeps_for_hook(record.link_sweeps(
+        record.load(ROUNDS / "5gbit-comm.jsonl")), "powersgd") if s.get("nnodes") == 2]).point
+    trace: list = []
+    predict_step(timeline, link, 2, trace)
+    drawn = [_drawn_to_mean(r["bucket_timeline"]) for r in two]
+    assert len(rows) == len(timeline.ready_s) > 1
+    for bucket, row in enumerate(rows):
+        assert row[2] == str(bucket)
+        for column, kind in zip(row[3:], ("ready", "issued", "done"), strict=True):
+            (guess,) = [t for what, b, t in trace if what == kind and b == bucket]
+            seen = sorted(d[f"{kind}_s"][bucket] for d in drawn)[len(drawn) // 2]
+            assert column == f"{guess * 1e3:.1f} / {seen * 1e3:.1f}"

@@ -559,8 +559,12 @@ class Prediction:
         return 1 - self.exposed_s / self.comm_s if self.comm_s else 1.0
 
 
-def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
-    """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring)."""
+def predict_step(timeline: Timeline, link: Link, nodes: int,
+                 trace: list[tuple[str, int, float]] | None = None) -> Prediction:
+    """The step time over ``nodes`` nodes (see bench.analysis.predict's docstring).
+    ``trace``, where given, gets each bucket's predicted events (``_simulate``'s), in
+    seconds from the step's start: after the forward's buffer broadcasts, as a rank's
+    bucket timeline stamps them (over two or more nodes; one node's are its timeline's)."""
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
     if timeline.compute_cpus is not None:
@@ -587,13 +591,17 @@ def predict_step(timeline: Timeline, link: Link, nodes: int) -> Prediction:
         # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
         phases.append((Phase(wire, cpu, measured),
                        Phase(0.0, hook) if on_cpu else Phase(hook, 0.0)))
-    compute_end, comm_end, comm = _simulate(timeline, phases)
+    events: list[tuple[str, int, float]] | None = [] if trace is not None else None
+    compute_end, comm_end, comm = _simulate(timeline, phases, events)
     exposed = max(0.0, comm_end - compute_end)
     # The forward pass waits for each buffer broadcast, over the link, before it starts;
     # on one node it had no peer (its local copy is inside the timeline already).
     buffers = sum(link.broadcast_s(size, nodes) for size in timeline.broadcast_bytes)
     # The broadcast is a sync too: after the optimizer's stretch, the slowest rank's.
     late_to_broadcast = wait(timeline.tail_s) if timeline.broadcast_bytes else 0.0
+    if trace is not None and events is not None:
+        trace.extend((what, bucket, buffers + late_to_broadcast + seconds)
+                     for what, bucket, seconds in events)
     return Prediction(nodes, buffers + late_to_broadcast + max(compute_end, comm_end)
                       + timeline.tail_s, comm, exposed, compute_end - timeline.backward_end_s,
                       buffers, late + late_to_broadcast, at_syncs[-1] if at_syncs else 0.0)
@@ -636,8 +644,9 @@ def _comm_pace(phase: Phase, cpus: int, beside_compute: bool) -> tuple[float, fl
     return takes, takes / cpu_s
 
 
-def _simulate(timeline: Timeline,
-              phases: list[tuple[Phase, ...]]) -> tuple[float, float, float]:
+def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
+              trace: list[tuple[str, int, float]] | None = None
+              ) -> tuple[float, float, float]:
     """Backward and the buckets' sync side by side, event by event, until both are done.
 
     ``work`` is how far backward is, in seconds of the single-node run; bucket i is handed
@@ -646,20 +655,40 @@ def _simulate(timeline: Timeline,
     a phase takes ``c`` CPUs of backward's ``k``, backward runs at ``(k - c) / k`` of its
     single-node speed. Where the timeline is serialized, backward waits at bucket i's
     ready time until bucket i-1 is done. Returns (when backward ends, when the last
-    bucket's sync ends, the buckets' sync time in all).
+    bucket's sync ends, the buckets' sync time in all). ``trace``, where given, gets each
+    bucket's events in the order they happen, (what, bucket, seconds): "ready" (backward
+    reached it), "issued" (backward handed it over, its hook returned) and "done" (its sync
+    ended), so that a diagnosis can set the predicted timeline beside a measured one; and
+    "sending", when its collectives start (after the bucket before it is done).
     """
     k = timeline.compute_cpus or 1
+
+    def passed(reached: int, handed: int) -> tuple[int, int]:
+        """Trace the buckets backward has reached and handed over by now (it is at
+        ``work`` at ``t``): how many of each, in all."""
+        while trace is not None and reached < len(ready) and ready[reached] <= work + _EPS:
+            trace.append(("ready", reached, t))
+            reached += 1
+        while trace is not None and handed < len(handover) \
+                and handover[handed] <= work + _EPS:
+            trace.append(("issued", handed, t))
+            handed += 1
+        return reached, handed
+
     ready, handover = timeline.ready_s, timeline.handover_s
     end_work = handover[-1]
     points = sorted(set(ready) | set(handover))
     t = work = comm_total = comm_end = 0.0
     compute_end = 0.0 if end_work <= 0 else None
+    reached, handed = passed(0, 0)
     next_bucket, done = 0, 0
     sending, phase, progress, started = None, 0, 0.0, 0.0
     while True:
         if sending is None and next_bucket < len(handover) \
                 and handover[next_bucket] <= work + _EPS:
             sending, phase, progress, started = next_bucket, 0, 0.0, t
+            if trace is not None:
+                trace.append(("sending", next_bucket, t))
             next_bucket += 1
         computing = compute_end is None
         barrier = ready[done + 1] if timeline.serialized and done + 1 < len(ready) \
@@ -679,11 +708,14 @@ def _simulate(timeline: Timeline,
             target = min(next((r for r in points if r > work + _EPS), end_work), barrier)
             dt = min(dt, (target - work) / compute_pace) if compute_pace > 0 else dt
         t, work = t + dt, work + compute_pace * dt
+        reached, handed = passed(reached, handed)
         if sending is not None:
             progress = 1.0 if math.isinf(pace) else progress + pace * dt
             if progress >= 1 - 1e-9:
                 phase, progress = phase + 1, 0.0
                 if phase == len(phases[sending]):
+                    if trace is not None:
+                        trace.append(("done", sending, t))
                     comm_total, comm_end, sending = comm_total + t - started, t, None
                     done += 1
         # Backward is over once its work is done and it is not held at the last barrier.
