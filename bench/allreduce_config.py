@@ -73,10 +73,11 @@ class AllreduceConfig:
     lockstep_mlp_depth: int = option(8, "--lockstep-model mlp's hidden layers, as the "
                                      "trainer's --mlp-depth")
     lockstep_phase_pairs: int = option(8, "with --lockstep-model, pairs of blocks of its "
-                                       "steps in phase (synced every step) and out of phase "
-                                       "(half a step apart): what hosts that share a "
-                                       "machine's CPUs cost each other computing at once; "
-                                       "0: none")
+                                       "steps in phase (synced before each optimizer step, "
+                                       "as DDP's last gradient sync is) and out of phase "
+                                       "(half a step apart), the optimizer timed apart: what "
+                                       "hosts that share a machine's CPUs cost each other "
+                                       "computing at once; 0: none")
     device: str = option("auto", "cuda, cpu, or auto (cuda when available)", choices=DEVICES)
     backend: str = option("auto", "auto is nccl on cuda, gloo on cpu", choices=BACKENDS)
     timeout: float = option(300.0, "seconds a collective may wait for a peer")

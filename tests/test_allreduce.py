@@ -239,6 +239,12 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
     assert len(workload["phase_pairs"]) == 2
     for pair in workload["phase_pairs"]:
         assert len(pair) == 2 and all(0 < s < 1 for s in pair)
+    # And the same blocks' optimizer part, a share of each step's.
+    assert len(workload["optimizer_phase_pairs"]) == 2
+    for pair, step in zip(workload["optimizer_phase_pairs"], workload["phase_pairs"],
+                          strict=True):
+        assert len(pair) == 2 and all(0 < s < whole for s, whole in zip(pair, step,
+                                                                         strict=True))
     for row in rec["sizes"]:
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).

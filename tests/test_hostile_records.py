@@ -72,7 +72,8 @@ def _with_lockstep(sweep: dict) -> dict:
     rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
                                 "mlp_width": None, "mlp_depth": None, "compute_s": 0.2,
                                 "wait_s": 0.025, "syncs": 25, "sync_call_s": 0.002,
-                                "phase_pairs": [[0.21, 0.2], [0.2, 0.2]]}
+                                "phase_pairs": [[0.21, 0.2], [0.2, 0.2]],
+                                "optimizer_phase_pairs": [[0.03, 0.02], [0.02, 0.02]]}
     return rec
 
 
@@ -445,7 +446,8 @@ def test_the_strategy_reaches_every_field_and_the_edges():
     for path in [("lockstep", 0, "wait_s"), ("lockstep_workload", "wait_s"),
                  ("lockstep_workload", "compute_s"), ("lockstep_workload", "model"),
                  ("lockstep_workload", "mlp_width"), ("lockstep_workload", "sync_call_s"),
-                 ("lockstep_workload", "phase_pairs", 0, 0), ("lockstep", 0, "sync_call_s")]:
+                 ("lockstep_workload", "phase_pairs", 0, 0), ("lockstep", 0, "sync_call_s"),
+                 ("lockstep_workload", "optimizer_phase_pairs", 0, 0)]:
         assert path in lockstep, path
 
 

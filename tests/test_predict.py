@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from bench import record
 from bench.analysis.prediction import Link, Timeline, levers, predict_step, scaling
 from tests.conftest import REPO
 
@@ -347,6 +348,63 @@ def test_hosts_in_phase_stretch_the_one_node_timeline_of_their_workload_on_cpu()
     assert links.point.in_phase_factor(key) == pytest.approx(1.1)
     assert links.slow.in_phase_factor(key) == pytest.approx(1.3)
     assert links.fast.in_phase_factor(key) == pytest.approx(1.0)
+
+
+def test_the_optimizer_in_phase_stretches_the_tail_and_forward_and_backward_their_own():
+    """A probe that timed the optimizer apart: forward and backward are each pair's step
+    less its optimizer (in phase over out: 0.9 / 0.9 and 0.2 / 0.2: 1.0), the
+    optimizer its own (0.1 / 0.05 and 0.09 / 0.06, median 1.75): the one-node timeline's
+    backward keeps its pace, its tail (the optimizer) takes 1.75 times as long."""
+    from bench.analysis.predict import LinkRange
+    from bench.analysis.prediction import workload_of
+
+    def sweep(steps: list[list[float]], optimizer: list[list[float]]) -> dict:
+        rec = _sweep([{"size_bytes": 1024, "time_s": 1e-9, "busbw_GBps": 1e6}])
+        rec["lockstep_workload"] = {"model": "resnet18", "image_size": 32, "batch_size": 16,
+                                    "mlp_width": None, "mlp_depth": None, "compute_s": 0.1,
+                                    "wait_s": 0.0, "syncs": 25, "phase_pairs": steps,
+                                    "optimizer_phase_pairs": optimizer}
+        return rec
+
+    rec = sweep([[1.0, 0.95], [0.29, 0.26]], [[0.1, 0.05], [0.09, 0.06]])
+    assert record.problem_of(rec) is None
+    link = Link.from_allreduce(rec)
+    run = _record(1, "none", 0.0, 100.0)
+    run["config"]["model"].update(model="resnet18", image_size=32)
+    run["precision"] = "fp32"
+    key = workload_of(run)
+    assert link.in_phase_factor(key) == pytest.approx(1.0)
+    assert link.in_phase_tail_factor(key) == pytest.approx(1.75)
+    timeline = dataclasses.replace(Timeline.of(run), compute_cpus=1)
+    assert timeline.tail_s > 0
+    # A link that costs nothing: the one-node step, its tail 1.75 times as long.
+    assert predict_step(timeline, link, 2).step_s == pytest.approx(
+        timeline.step_s + 0.75 * timeline.tail_s)
+    # A sweep whose probe did not time the optimizer apart: its steps' ratio for both.
+    older = Link.from_allreduce(sweep([[1.1, 1.0]], []))
+    assert older.in_phase_factor(key) == older.in_phase_tail_factor(key) == pytest.approx(1.1)
+    # Over sweeps: each figure's median sweep for the point, the slowest and fastest ends.
+    links = LinkRange.of_sweeps([sweep([[1.0, 1.0]], [[0.2, 0.1]]),
+                                 sweep([[1.0, 1.0]], [[0.1, 0.1]]),
+                                 sweep([[1.0, 1.0]], [[0.15, 0.1]])])
+    assert links.point.in_phase_tail_factor(key) == pytest.approx(1.5)
+    assert links.slow.in_phase_tail_factor(key) == pytest.approx(2.0)
+    assert links.fast.in_phase_tail_factor(key) == pytest.approx(1.0)
+
+
+def test_a_stretched_timeline_keeps_its_buckets_apart_from_its_tail():
+    timeline = Timeline((0.1, 0.2), (1e6, 1e6), 0.3, issued_s=(0.11, 0.22),
+                        hook_s=(0.01, 0.02), done_last_s=0.25)
+    assert timeline.tail_s == pytest.approx(0.05)
+    both = timeline.stretched(1.1, 2.0)
+    assert both.ready_s == pytest.approx((0.11, 0.22))
+    assert both.issued_s == pytest.approx((0.121, 0.242))
+    assert both.done_last_s == pytest.approx(0.275) and both.hook_s == pytest.approx((0.011,
+                                                                                       0.022))
+    assert both.tail_s == pytest.approx(0.1) and both.step_s == pytest.approx(0.375)
+    assert timeline.stretched(1.1) == timeline.stretched(1.1, 1.1)
+    assert timeline.stretched(1.1).step_s == pytest.approx(0.33)
+    assert timeline.stretched(1.0, 1.0) is timeline
 
 
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():

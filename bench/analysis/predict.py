@@ -73,7 +73,14 @@ results/reference/in-phase/). The sweep's ``--lockstep-model`` probe measures it
 hosts (``--lockstep-phase-pairs`` pairs of blocks, in phase and out, in turn first), and
 on CPU the one-node timeline is stretched by the median of the pairs' ratios
 (``Link.in_phase_factor``; the point takes the median over the sweeps, the band's ends the
-slowest and fastest sweep's). Hosts on machines of their own read about 1.
+slowest and fastest sweep's). Hosts on machines of their own read about 1. The probe times
+the optimizer apart, and its tail of the timeline takes the optimizer's own ratio
+(``Link.in_phase_tail_factor``): DDP's last gradient sync lines the hosts up just before
+it, and it moves every parameter, gradient and momentum through memory. On two emulated
+hosts of one CPU resnet18's (batch 8, 32 px) took 1.37 times as long in phase, where its
+forward and backward took 0.98 and its whole step about 1.04 (issue 29,
+results/reference/powersgd-wake/); a sweep from before keeps the whole step's ratio for
+both.
 
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated
 hosts of one CPU at 5 Gbit/s; results/reference/powersgd-chain/README.md):
@@ -104,10 +111,12 @@ with PowerSGD, six latency-bound all-reduces a step with DDP's two buckets, took
 longer to the end of backward and 2-4 ms longer in the last sync than charged (0.77,
 part eight); and with PowerSGD a bucket's chain takes longer on two nodes than charged:
 13-15 ms on resnet18's last bucket (part five), 10 ms on the MLP 2048x2's first, which
-holds backward at the second (part eight); the hook's synchronous part (error feedback, the P
-matmul, on backward's thread) took up to 2.17 times as long on two nodes as in the one-node
-probe on an AMD EPYC VM, where PowerSGD read 0.80-1.01 in rounds, and 1.00-1.39 on an Intel
-one (results/reference/powersgd-sync-part/; ``envelope.POWERSGD`` says so beside such a
+holds backward at the second (part eight); on an AMD EPYC VM, where PowerSGD read 0.80-1.01
+in rounds, its two-node step, timed step by step, lost the time at each later hand-over
+(backward racing the previous bucket's chain: 0.8-3.2 ms a step, which a timeline of
+typical times does not hold), in the step's first collective (4.9-7.0 ms, about 3.3
+charged) and in the chains, while the hook's synchronous part grew only 1.00-1.22 times
+(results/reference/powersgd-wake/; ``envelope.POWERSGD`` says so beside such a
 prediction). On 2-4
 emulated hosts running the MLP every hook came within 0.97-1.04 of its prediction
 (results/reference/emulated-accuracy/, 24 of 24 rows, before the probes; with them, at 5
@@ -327,11 +336,13 @@ class LinkRange:
             waits = pick_cost(links, key=lambda m: sum(w for _, w in m.lockstep))
             # And the job's own steps' waits, the same way.
             steps = pick_cost(links, key=lambda m: sum(w for _, _, w in m.workload_lockstep))
-            # And the hosts' pace in phase, the sweep that measured it slowest (or fastest).
-            phase = pick_cost(links, key=lambda m: sum(r for _, r in m.in_phase))
+            # And the hosts' pace in phase, the sweep that measured it slowest (or fastest),
+            # forward and backward with the optimizer.
+            phase = pick_cost(links, key=lambda m: sum(r for _, r in m.in_phase)
+                              + sum(r for _, r in m.in_phase_tail))
             return dataclasses.replace(
                 links[-1], lockstep=waits.lockstep, workload_lockstep=steps.workload_lockstep,
-                in_phase=phase.in_phase,
+                in_phase=phase.in_phase, in_phase_tail=phase.in_phase_tail,
                 lockstep_ranks=waits.lockstep_ranks or steps.lockstep_ranks,
                 busbw_Bps=pick_bw(m.busbw_Bps for m in links),
                 latency_s=pick_cost(m.latency_s for m in links),
@@ -341,12 +352,14 @@ class LinkRange:
 
         # The point's pace in phase: per workload, the median of every sweep's (one sweep's
         # few pairs vary as much as the figure itself: 1.04 and 1.20 in two runs).
-        ratios: dict[tuple, list[float]] = {}
-        for m in measured:
-            for key, ratio in m.in_phase:
-                ratios.setdefault(key, []).append(ratio)
-        point = dataclasses.replace(measured[-1], in_phase=tuple(
-            (key, statistics.median_low(found)) for key, found in ratios.items()))
+        def median_over_sweeps(field: str) -> tuple[tuple[tuple, float], ...]:
+            ratios: dict[tuple, list[float]] = {}
+            for m in measured:
+                for key, ratio in getattr(m, field):
+                    ratios.setdefault(key, []).append(ratio)
+            return tuple((key, statistics.median_low(found)) for key, found in ratios.items())
+        point = dataclasses.replace(measured[-1], in_phase=median_over_sweeps("in_phase"),
+                                    in_phase_tail=median_over_sweeps("in_phase_tail"))
         return cls(point, end(measured, min, max), end(measured, max, min),
                    len(sweeps), left_out)
 
@@ -628,11 +641,15 @@ def _lockstep_line(link: Link) -> str:
         line += (f"; {model} {image_size} px batch {batch}'s own steps: {wait_s * 1e3:.1f} ms "
                  f"after {compute_s * 1e3:.0f} ms, which scales that workload's waits "
                  f"(--lockstep-model); other workloads: the matmuls'")
+    tails = dict(link.in_phase_tail)
     for key, ratio in link.in_phase:
         model, image_size, batch = key[:3]
-        line += (f"; {model} {image_size} px batch {batch}'s steps took {ratio:.3f} times as "
-                 "long with the hosts in phase as out of phase, which stretches its one-node "
-                 "timeline on CPU")
+        tail = tails.get(key)
+        line += (f"; {model} {image_size} px batch {batch}'s "
+                 + (f"forward and backward took {ratio:.3f} and its optimizer {tail:.3f} "
+                    if tail is not None else f"steps took {ratio:.3f} ")
+                 + "times as long with the hosts in phase as out of phase, which stretches "
+                 "its one-node timeline on CPU")
     return line
 
 

@@ -61,10 +61,15 @@ class Link:
     # The job's own training steps in lockstep (``--lockstep-model``): per workload
     # (``workload_key``), its step and the wait at each sync, over ``lockstep_ranks``.
     workload_lockstep: tuple[tuple[tuple, float, float], ...] = ()
-    # Per workload (``workload_key``): how much longer its steps took with the hosts in
-    # phase than out of phase (the probe's ``phase_pairs``, the median of the pairs'
-    # ratios). 1 where not measured.
+    # Per workload (``workload_key``): how much longer its forward and backward took with
+    # the hosts in phase than out of phase (the median over the probe's pairs of blocks;
+    # a sweep from before it timed the optimizer apart: its whole steps'). 1 where not
+    # measured.
     in_phase: tuple[tuple[tuple, float], ...] = ()
+    # And its optimizer's (the probe's ``optimizer_phase_pairs``), which runs just after
+    # the sync that lines the hosts up and moves every parameter through memory: its own
+    # figure where measured, else the steps'.
+    in_phase_tail: tuple[tuple[tuple, float], ...] = ()
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -95,13 +100,14 @@ class Link:
                 lockstep_ranks=rec["world_size"])
         workload = rec.get("lockstep_workload")
         if workload and rec["world_size"] > 1:
-            pairs = workload.get("phase_pairs") or ()
+            key = probe_key(workload)
+            compute, tail = _phase_ratios(workload.get("phase_pairs") or (),
+                                          workload.get("optimizer_phase_pairs") or ())
             link = dataclasses.replace(
-                link, workload_lockstep=((probe_key(workload), workload["compute_s"],
-                                          workload["wait_s"]),),
+                link, workload_lockstep=((key, workload["compute_s"], workload["wait_s"]),),
                 lockstep_ranks=rec["world_size"],
-                in_phase=((probe_key(workload), statistics.median(
-                    together / apart for together, apart in pairs)),) if pairs else ())
+                in_phase=((key, compute),) if compute is not None else (),
+                in_phase_tail=((key, tail),) if tail is not None else ())
         return link
 
     @classmethod
@@ -202,11 +208,17 @@ class Link:
         return _between(steps, compute_s)
 
     def in_phase_factor(self, workload: tuple | None) -> float:
-        """How much longer ``workload``'s compute takes on N hosts, which run each phase of
-        a step at the same moment, than on the one-node cell, whose neighbour runs out of
-        step with it: measured by the sweep's phase pairs (``--lockstep-model``), 1 where
-        it was not."""
+        """How much longer ``workload``'s forward and backward take on N hosts, which run
+        each phase of a step at the same moment, than on the one-node cell, whose
+        neighbour runs out of step with it: measured by the sweep's phase pairs
+        (``--lockstep-model``), 1 where it was not."""
         return next((ratio for key, ratio in self.in_phase if key == workload), 1.0)
+
+    def in_phase_tail_factor(self, workload: tuple | None) -> float:
+        """The same for ``workload``'s optimizer (the one-node timeline's tail): its own
+        pairs where the probe timed it apart, else ``in_phase_factor``."""
+        return next((ratio for key, ratio in self.in_phase_tail if key == workload),
+                    self.in_phase_factor(workload))
 
     def allreduce_cpu_s(self, size_bytes: float, nodes: int) -> float:
         return self.cpu_latency_s + self.cpu_s_per_bus_byte * bus_factor(nodes) * size_bytes
@@ -227,6 +239,25 @@ class Link:
             beside=self.beside and self.beside.at_rate(rate_bps),
             source=f"{format_rate(rate_bps)} at the {efficiency:.0%} efficiency, latency and "
                    f"CPU cost of the {self.source}")
+
+
+def _phase_ratios(steps: list | tuple, optimizer: list | tuple
+                  ) -> tuple[float | None, float | None]:
+    """(forward and backward's ratio, the optimizer's) in phase over out of phase, each
+    the median over the probe's pairs. The forward and backward of a pair are its step
+    less its optimizer (medians of the same blocks); a sweep whose probe did not time the
+    optimizer apart gives its whole steps' ratio and None. (None, None) without pairs."""
+    if not steps:
+        return None, None
+    whole = statistics.median(together / apart for together, apart in steps)
+    if len(optimizer) != len(steps):
+        return whole, None
+    rest = [(together - opt_together) / (apart - opt_apart)
+            for (together, apart), (opt_together, opt_apart) in zip(steps, optimizer,
+                                                                      strict=True)
+            if apart - opt_apart > _TINY_S and together - opt_together > _TINY_S]
+    return (statistics.median(rest) if rest else whole,
+            statistics.median(together / apart for together, apart in optimizer))
 
 
 def _between(table: tuple[tuple[float, float], ...], x: float) -> float:
@@ -439,14 +470,17 @@ class Timeline:
                                    done_last_s=self.done_last_s and self.done_last_s + shift,
                                    step_s=self.step_s + shift)
 
-    def stretched(self, factor: float) -> Timeline:
-        """Every time of the step ``factor`` times as long: its compute at another pace."""
-        if factor == 1.0:
+    def stretched(self, factor: float, tail_factor: float | None = None) -> Timeline:
+        """Every time of the step ``factor`` times as long: its compute at another pace;
+        the tail (the optimizer) ``tail_factor`` times as long where given."""
+        tail = factor if tail_factor is None else tail_factor
+        if factor == 1.0 and tail == 1.0:
             return self
         scaled = lambda times: tuple(t * factor for t in times) if times else times  # noqa: E731
         return dataclasses.replace(
             self, ready_s=scaled(self.ready_s), issued_s=scaled(self.issued_s),
-            hook_s=scaled(self.hook_s), step_s=self.step_s * factor,
+            hook_s=scaled(self.hook_s),
+            step_s=self.step_s * factor + self.tail_s * (tail - factor),
             done_last_s=None if self.done_last_s is None else self.done_last_s * factor)
 
     def scaled_batch(self, factor: float) -> Timeline:
@@ -568,7 +602,8 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
     if nodes == 1:
         return Prediction(1, timeline.step_s, 0.0, 0.0)
     if timeline.compute_cpus is not None:
-        timeline = timeline.stretched(link.in_phase_factor(timeline.workload))
+        timeline = timeline.stretched(link.in_phase_factor(timeline.workload),
+                                      link.in_phase_tail_factor(timeline.workload))
     wait = lambda stretch: link.sync_wait_s(stretch, nodes, timeline.workload)  # noqa: E731
     at_syncs: list[float] = []   # slowest_rank asks for each sync's wait in order
 

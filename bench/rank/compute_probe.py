@@ -226,12 +226,20 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
     labels = torch.randint(0, SYNTHETIC_CLASSES, (batch_size,))
     sync = torch.zeros(1)
 
-    def step() -> float:
+    def compute() -> float:
+        """Forward and backward: what DDP's last gradient sync comes after."""
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(inputs), labels).backward()
+        return time.perf_counter() - start
+
+    def update() -> float:
+        start = time.perf_counter()
         optimizer.step()
         return time.perf_counter() - start
+
+    def step() -> float:
+        return compute() + update()
 
     def steps(count: int) -> tuple[list[float], list[float]]:
         own, calls = [], []
@@ -248,39 +256,54 @@ def lockstep_workload(ctx: distributed.DistContext, model_cfg: ModelConfig,
            "mlp_depth": model_cfg.mlp_depth if model_cfg.model == "mlp" else None,
            **in_lockstep(ctx, *steps(WORKLOAD_STEPS)), "syncs": WORKLOAD_STEPS}
     if ctx.is_distributed and phase_pairs:
-        row["phase_pairs"] = _phase_pairs(ctx, step, sync, phase_pairs,
-                                          distributed.max_across_ranks(ctx, row["compute_s"]))
+        row["phase_pairs"], row["optimizer_phase_pairs"] = _phase_pairs(
+            ctx, compute, update, sync, phase_pairs,
+            distributed.max_across_ranks(ctx, row["compute_s"]))
     return row
 
 
-def _phase_pairs(ctx: distributed.DistContext, step: Callable[[], float],
-                 sync: torch.Tensor, pairs: int, step_s: float) -> list[list[float]]:
+def _phase_pairs(ctx: distributed.DistContext, compute: Callable[[], float],
+                 update: Callable[[], float], sync: torch.Tensor, pairs: int,
+                 step_s: float) -> tuple[list[list[float]], list[list[float]]]:
     """The job's steps in phase against out of phase: ``pairs`` pairs of blocks, each
-    pair [median step in phase, median step out of phase], the ranks' mean.
+    pair [median step in phase, median step out of phase], the ranks' mean; and the same
+    pairs of the optimizer's part of the step alone.
 
-    In phase, a sync after every step keeps the ranks running forward, backward and the
-    optimizer at the same moments, as DDP's ranks do. Out of phase, the odd ranks start
-    the block half a step late and nothing syncs inside it, as a one-node cell and the
-    neighbour job beside it run. Steps are timed without their sync. Hosts on machines of
-    their own read about 1; emulated hosts sharing one machine's caches, memory and cores
-    took 1.01-1.07 as long in phase on this 2-CPU VM, per workload (issue 29), so the
-    prediction stretches a one-node timeline by it. Each pair runs its blocks one after the
-    other, in turn first, so the machine's drift falls on both alike."""
+    In phase, a sync between backward and the optimizer, where DDP's last gradient sync
+    is, keeps the ranks running forward, backward and the optimizer at the same moments,
+    as DDP's ranks do. Out of phase, the odd ranks start the block half a step late and
+    nothing syncs inside it, as a one-node cell and the neighbour job beside it run. Steps
+    are timed without their sync. Hosts on machines of their own read about 1; emulated
+    hosts sharing one machine's caches, memory and cores took 1.01-1.07 as long in phase
+    on this 2-CPU VM, per workload (issue 29), so the prediction stretches a one-node
+    timeline by it. The optimizer apart, because it moves every parameter, gradient and
+    momentum through memory just after the sync that lines the hosts up: on two emulated
+    hosts of one CPU resnet18's (batch 8, 32 px) took 11.7-11.9 ms with the two ranks'
+    optimizers at the same moments and 7.8-7.9 with one of them 8 ms late
+    (results/reference/powersgd-wake/), where its whole step read about 1.03. Each pair
+    runs its blocks one after the other, in turn first, so the machine's drift falls on
+    both alike."""
     block = max(PHASE_BLOCK_STEPS, math.ceil(PHASE_BLOCK_S / step_s))
-    measured = []
+    steps, optimizer = [], []
     for pair in range(pairs):
-        medians = {}
+        medians: dict[bool, tuple[float, float]] = {}
         for in_phase in ((True, False) if pair % 2 == 0 else (False, True)):
             distributed.barrier(ctx)
             if not in_phase and ctx.rank % 2 == 1:
                 time.sleep(step_s / 2)
-            own = []
+            own, updates = [], []
             for _ in range(block):
-                own.append(step())
+                computed = compute()
                 if in_phase:
                     dist.all_reduce(sync)
-            medians[in_phase] = statistics.median(own)
-        measured.append([medians[True], medians[False]])
-    every = distributed.all_gather_objects(ctx, measured)
-    return [[statistics.fmean(rank[i][0] for rank in every),
-             statistics.fmean(rank[i][1] for rank in every)] for i in range(pairs)]
+                updates.append(update())
+                own.append(computed + updates[-1])
+            medians[in_phase] = (statistics.median(own), statistics.median(updates))
+        steps.append([medians[True][0], medians[False][0]])
+        optimizer.append([medians[True][1], medians[False][1]])
+    every = distributed.all_gather_objects(ctx, [steps, optimizer])
+
+    def mean_over_ranks(part: int) -> list[list[float]]:
+        return [[statistics.fmean(rank[part][i][0] for rank in every),
+                 statistics.fmean(rank[part][i][1] for rank in every)] for i in range(pairs)]
+    return mean_over_ranks(0), mean_over_ranks(1)
