@@ -38,10 +38,10 @@ BEYOND = ("on other workloads on emulated hosts of one CPU, 2 nodes "
 # PowerSGD apart: on the same hosts, with the sweeps and the cells run in rounds (repeat r of
 # every sweep, then of every cell: parts eleven to fourteen, 2026-11-29, an AMD EPYC VM),
 # every cell with no hook, fp16 or bf16 read within (0.92-1.09, 12 of 12), and five of six
-# PowerSGD cells below 1. Its hook's own work before the first all-reduce (error feedback,
-# the P matmul, on backward's thread) took up to 2.17 times as long on two nodes there as in
-# the one-node probe, and nothing in the model charges that yet
-# (results/reference/powersgd-sync-part/).
+# PowerSGD cells below 1. Timed step by step, the two-node step lost it in several places
+# that the model does not charge yet: the race of each later hand-over (backward against
+# the previous bucket's chain), the step's first collective, the chains, the optimizer in
+# phase (now charged) (results/reference/powersgd-wake/).
 POWERSGD_GRIDS = ("accuracy-grid-11-heldout", "accuracy-grid-12", "accuracy-grid-13",
                   "accuracy-grid-14")
 POWERSGD = ("with PowerSGD, in rounds on emulated hosts of one CPU "

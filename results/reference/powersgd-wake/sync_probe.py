@@ -2,8 +2,9 @@
 
 The synchronous part of bucket b's hook (from backward reaching the bucket, or, with the
 hooks serialized as on gloo, from the previous bucket's chain being done, to the hook
-returning) took up to 2.17 times as long on two emulated hosts as in the one-node probe
-(../powersgd-sync-part/). This splits it on backward's thread, with the trainer's own DDP
+returning) read 1.55-2.17 times as long on two emulated hosts as in the one-node probe,
+from the records' median marks (../powersgd-sync-part/). This times it step by step and
+splits it on backward's thread, with the trainer's own DDP
 wrapping (bench.rank.traffic.wrap_model, PowerSGD on gloo, hooks serialized, the one-rank
 probe's first all-reduce deferred as the trainer's is):
 
@@ -16,12 +17,18 @@ probe's first all-reduce deferred as the trainer's is):
   handed to gloo's thread, the chain attached), wall and CPU, switches.
 
 Wall time less CPU time is time backward's thread was ready but off the CPU (nothing in
-these stretches blocks, but for the enqueue's mutex): another thread ran there.
+these stretches blocks, but for the enqueue's mutex): another thread ran there. And per
+bucket after the first, the race: backward goes on at the later of its reaching the bucket
+and the previous bucket's chain being done; how far the mean of that later time is past the
+later of the two means (what a timeline of typical times leaves out).
 
   # two ranks on two emulated hosts (one CPU each), and two one-rank jobs side by side
   .venv/bin/python results/reference/powersgd-wake/sync_probe.py mlp 8 --shape 2048x2 \
       --rate 1gbit --out /tmp/wake
-Prints one table; writes OUT/<mode>-rank<r>.jsonl, one line per step.
+Modes in --order: "one" (two one-rank jobs side by side, as a one-node cell and its
+neighbour run) and "two" (one two-rank job), each in a fresh lab. Writes
+OUT/<mode>-rank<r>-of<n>-<pid>.jsonl, one line per timed step, and prints per mode the
+medians (ms); ``--summarise --out DIR`` reads a DIR again (.jsonl or .jsonl.gz).
 """
 from __future__ import annotations
 
@@ -59,7 +66,11 @@ class Stamps:
         self.backward_tid: int | None = None
         self.last_done: float | None = None
         self.began = 0.0
-        self.previous: tuple[float, float, int] | None = None   # the last stamp on backward's thread
+        # This step's collectives (issued, done; from its start) and chains done, in order.
+        self.calls: list[dict] = []
+        self.chains_done: list[float] = []
+        # The last stamp on backward's thread.
+        self.previous: tuple[float, float, int] | None = None
 
     def stamp(self) -> tuple[float, float, int]:
         return time.perf_counter(), time.thread_time(), _tid_switches()
@@ -76,8 +87,10 @@ def rank_main(args: argparse.Namespace) -> None:
     from bench.rank.models import build_model, input_shape
 
     torch.set_num_threads(1)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     allocator.keep_freed_memory()
-    cfg = DistributedConfig(device="cpu", backend="gloo", comm_hook="powersgd")
+    cfg = DistributedConfig(device="cpu", backend="gloo", comm_hook=args.hook)
     ctx = distributed.init(cfg)
     stamps = Stamps()
 
@@ -89,13 +102,23 @@ def rank_main(args: argparse.Namespace) -> None:
                  and threading.get_native_id() == stamps.backward_tid)
         if first:
             stamps.issue_at = stamps.stamp()
-        return plain_all_reduce(self, tensor, *a, **kw)
+        issued = time.perf_counter()
+        work = plain_all_reduce(self, tensor, *a, **kw)
+        if stamps.current is not None and kw.get("async_op"):
+            call = {"issued_at": issued - stamps.began, "done_at": None}
+            stamps.calls.append(call)
+
+            def completed(_future, call=call, began=stamps.began):
+                call["done_at"] = time.perf_counter() - began
+            work.get_future().add_done_callback(completed)
+        return work
 
     type(counter).all_reduce = all_reduce
     plain_done = traffic._ObservedHook.done
 
     def done(self, future):
         stamps.last_done = time.perf_counter()
+        stamps.chains_done.append(stamps.last_done - stamps.began)
         return plain_done(self, future)
 
     traffic._ObservedHook.done = done
@@ -154,6 +177,7 @@ def rank_main(args: argparse.Namespace) -> None:
             stamps.current = [] if timed else None
             began = stamps.began = time.perf_counter()
             stamps.last_done = None
+            stamps.calls, stamps.chains_done = [], []
             optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(ddp(inputs), labels)
             forward = time.perf_counter()
@@ -161,14 +185,24 @@ def rank_main(args: argparse.Namespace) -> None:
             loss.backward()
             backward = time.perf_counter()
             tail = stamps.stamp()
+            if args.stagger_optimizer and ctx.rank % 2:
+                # Out of phase with the other rank's optimizer: a test of what the two
+                # hosts' optimizers at the same moments cost each other.
+                time.sleep(args.stagger_optimizer)
+            stepped = time.perf_counter()
             optimizer.step()
+            stepped = time.perf_counter() - stepped
             if timed:
                 stamps.current.append({"tail_s": tail[0] - stamps.previous[0],
                                        "tail_cpu_s": tail[1] - stamps.previous[1]})
-                lines.write(json.dumps({"step_s": time.perf_counter() - began,
+                lines.write(json.dumps({"began": began,   # CLOCK_MONOTONIC: one per machine
+                                        "step_s": time.perf_counter() - began,
                                         "forward_s": forward - began,
                                         "backward_s": backward - forward,
-                                        "buckets": stamps.current}) + "\n")
+                                        "optimizer_s": stepped,
+                                        "buckets": stamps.current,
+                                        "calls": stamps.calls,
+                                        "chains_done": stamps.chains_done}) + "\n")
     distributed.shutdown(synchronized=True)
 
 
@@ -180,8 +214,10 @@ def launch(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, __file__, "--rank-side", args.model, str(args.batch),
-          "--shape", args.shape, *(["--image", str(args.image)] if args.image else []), "--steps", str(args.steps),
-          "--warmup", str(args.warmup), "--out", str(out)]
+          "--shape", args.shape, *(["--image", str(args.image)] if args.image else []),
+          "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", str(out),
+          "--hook", args.hook, "--switch-interval", str(args.switch_interval),
+          "--stagger-optimizer", str(args.stagger_optimizer)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for mode in args.order.split(","):
         with netlab.Lab(2, parse_rate(args.rate, "--rate"), cpus_per_node=1) as lab:
@@ -198,7 +234,8 @@ def launch(args: argparse.Namespace) -> None:
 
 
 def summarise(out: Path) -> None:
-    """Per mode (every rank of every run pooled), medians over steps, ms."""
+    """Per mode (every rank of every run pooled), medians over steps, ms; then the two
+    ranks' collectives side by side (``skews``)."""
     by_mode: dict[str, list[dict]] = {}
     for path in sorted(out.glob("*.jsonl*")):
         opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
@@ -207,7 +244,8 @@ def summarise(out: Path) -> None:
     med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
     for mode, steps in by_mode.items():
         buckets = len(steps[0]["buckets"]) - 1
-        opt = [s["step_s"] - s["forward_s"] - s["backward_s"] for s in steps]
+        opt = [s.get("optimizer_s", s["step_s"] - s["forward_s"] - s["backward_s"])
+               for s in steps]
         print(f"{mode}: {len(steps)} steps; step {med([s['step_s'] for s in steps]):.1f}, "
               f"forward {med([s['forward_s'] for s in steps]):.1f}, backward "
               f"{med([s['backward_s'] for s in steps]):.1f} (its tail after the last hook "
@@ -246,6 +284,87 @@ def summarise(out: Path) -> None:
                   f"{(mean(later) - max(mean(ready), mean(previous))) * 1e3:4.2f} past the "
                   f"later mean (two independent normals of these means and spreads: "
                   f"{normal_race_s(ready, previous) * 1e3:4.2f})")
+        chains(mode, steps)
+    print("two ranks side by side:")
+    skews(out)
+
+
+def chains(mode: str, steps: list[dict]) -> None:
+    """Each bucket's chain, from the hook's return to its last callback, in its parts: its
+    three collectives (issued to done) and the hook's work between them (on the thread
+    that completed the one before: unpacking, the Q matmul and orthogonalisation, the
+    decompression)."""
+    usable = [s for s in steps if s.get("calls") and len(s["calls"]) == 3 * len(s["chains_done"])
+              and all(c["done_at"] is not None for c in s["calls"])]
+    if not usable:
+        return   # not PowerSGD's three collectives a bucket
+    med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    for b in range(len(usable[0]["chains_done"])):
+        parts: dict[str, list[float]] = {}
+        for s in usable:
+            c1, c2, c3 = s["calls"][3 * b:3 * b + 3]
+            for name, seconds in (
+                    ("first collective", c1["done_at"] - c1["issued_at"]),
+                    ("unpack", c2["issued_at"] - c1["done_at"]),
+                    ("P all-reduce", c2["done_at"] - c2["issued_at"]),
+                    ("Q matmul", c3["issued_at"] - c2["done_at"]),
+                    ("Q all-reduce", c3["done_at"] - c3["issued_at"]),
+                    ("decompress", s["chains_done"][b] - c3["done_at"]),
+                    ("chain", s["chains_done"][b] - s["buckets"][b]["issued_at"])):
+                parts.setdefault(name, []).append(seconds)
+        print(f"  {mode} bucket {b} chain ({len(usable)} steps): " + ", ".join(
+            f"{name} {med(values):.2f}" for name, values in parts.items()))
+
+
+def skews(out: Path) -> None:
+    """The two ranks of each two-rank run side by side, step by step (perf_counter is the
+    machine's monotonic clock, one for every process on it): per collective of each
+    chain, how much later one rank issued it than the other (the earlier one waits that
+    out: the slowest rank), and how long it took on the later one (the collective's own
+    cost, nobody to wait for). Medians, ms."""
+    runs: dict[str, list[Path]] = {}
+    for path in sorted(out.glob("two-rank*")):
+        runs.setdefault(path.name.split("-")[1], []).append(path)
+    if len(runs) != 2:
+        return
+    steps_by_run = []
+    for first, second in zip(*runs.values(), strict=False):
+        both = []
+        for path in (first, second):
+            opened = gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
+            with opened as lines:
+                both.append([json.loads(line) for line in lines])
+        steps_by_run.extend(zip(*both, strict=False))
+    usable = [pair for pair in steps_by_run
+              if all(s.get("calls") and "began" in s for s in pair)
+              and len(pair[0]["calls"]) == len(pair[1]["calls"])
+              and all(c["done_at"] is not None for s in pair for c in s["calls"])]
+    if not usable:
+        return
+    calls = len(usable[0][0]["calls"])
+    per_bucket = calls // max(1, len(usable[0][0]["chains_done"]))
+    med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    names = ("first collective", "P all-reduce", "Q all-reduce") if per_bucket == 3 \
+        else ("all-reduce",) * per_bucket
+    for c in range(calls):
+        skew, own, apart = [], [], []
+        for a, b in usable:
+            issue = [s["began"] + s["calls"][c]["issued_at"] for s in (a, b)]
+            done = [s["began"] + s["calls"][c]["done_at"] for s in (a, b)]
+            later = 0 if issue[0] >= issue[1] else 1
+            skew.append(abs(issue[0] - issue[1]))
+            apart.append(abs(done[0] - done[1]))
+            call = (a, b)[later]["calls"][c]
+            own.append(call["done_at"] - call["issued_at"])
+        print(f"  bucket {c // per_bucket} {names[c % per_bucket]}: one rank issued it "
+              f"{med(skew):.2f} later than the other (mean "
+              f"{statistics.fmean(skew) * 1e3:.2f}); on that rank it took {med(own):.2f} "
+              f"(mean {statistics.fmean(own) * 1e3:.2f}); the ranks saw it done "
+              f"{med(apart):.2f} apart (mean {statistics.fmean(apart) * 1e3:.2f}); "
+              f"{len(skew)} steps")
+    start = [abs(a["began"] - b["began"]) for a, b in usable]
+    print(f"  the step's start: {med(start):.2f} apart (mean "
+          f"{statistics.fmean(start) * 1e3:.2f})")
 
 
 def normal_race_s(a: list[float], b: list[float]) -> float:
@@ -268,6 +387,13 @@ def main() -> None:
     parser.add_argument("--shape", default="1024x4")
     parser.add_argument("--image", type=int, default=None)
     parser.add_argument("--rate", default="1gbit")
+    parser.add_argument("--switch-interval", type=float, default=0.0,
+                        help="Python's GIL switch interval in the ranks, seconds (default: "
+                        "Python's, 0.005)")
+    parser.add_argument("--stagger-optimizer", type=float, default=0.0,
+                        help="seconds the odd ranks sleep before each optimizer step")
+    parser.add_argument("--hook", default="powersgd", choices=("powersgd", "none"),
+                        help="none: DDP's plain all-reduce hook, one collective a bucket")
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--order", default="one,two,one,two")
