@@ -902,3 +902,17 @@ def test_the_median_repeat_takes_the_median_stretch_where_every_repeat_has_a_mea
     assert timeline["mean_step_s"] == pytest.approx(0.20 * 1.2)     # ratios 1.1, 1.3, 1.2
     del repeats[0]["bucket_timeline"]["mean_step_s"]                 # a record from before
     assert "mean_step_s" not in median_repeat(repeats)["bucket_timeline"]
+
+
+def test_the_link_line_names_forward_and_backwards_pace_in_phase_and_the_optimizers():
+    from bench.analysis.predict import _lockstep_line
+
+    key = ("resnet18", 32, 8, None, None, "fp32")
+    other = ("mlp", 28, 8, 2048, 2, "fp32")
+    link = Link(1e9, lockstep=((0.1, 0.001),), lockstep_ranks=2,
+                in_phase=((key, 0.984), (other, 1.05)), in_phase_tail=((key, 1.368),))
+    line = _lockstep_line(link)
+    assert ("resnet18 32 px batch 8's forward and backward took 0.984 and its optimizer "
+            "1.368 times as long with the hosts in phase") in line
+    # A sweep whose probe did not time the optimizer apart: the whole steps' figure.
+    assert "mlp 28 px batch 8's steps took 1.050 times as long" in line
