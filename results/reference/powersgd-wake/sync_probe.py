@@ -174,6 +174,13 @@ def rank_main(args: argparse.Namespace) -> None:
     with out.open("w") as lines:
         for step in range(args.warmup + args.steps):
             timed = step >= args.warmup
+            if step == args.warmup and args.nice_others:
+                # A test: every thread but backward's (gloo's workers, the store's) at
+                # another niceness, so that a wake on the shared CPU takes it at once or not.
+                main = threading.get_native_id()
+                for task in os.listdir("/proc/self/task"):
+                    if int(task) != main:
+                        os.setpriority(os.PRIO_PROCESS, int(task), args.nice_others)
             stamps.current = [] if timed else None
             began = stamps.began = time.perf_counter()
             stamps.last_done = None
@@ -217,7 +224,8 @@ def launch(args: argparse.Namespace) -> None:
           "--shape", args.shape, *(["--image", str(args.image)] if args.image else []),
           "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", str(out),
           "--hook", args.hook, "--switch-interval", str(args.switch_interval),
-          "--stagger-optimizer", str(args.stagger_optimizer)]
+          "--stagger-optimizer", str(args.stagger_optimizer),
+          "--nice-others", str(args.nice_others)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for mode in args.order.split(","):
         with netlab.Lab(2, parse_rate(args.rate, "--rate"), cpus_per_node=1) as lab:
@@ -390,6 +398,9 @@ def main() -> None:
     parser.add_argument("--switch-interval", type=float, default=0.0,
                         help="Python's GIL switch interval in the ranks, seconds (default: "
                         "Python's, 0.005)")
+    parser.add_argument("--nice-others", type=int, default=0,
+                        help="niceness of every thread but backward's once timing starts "
+                        "(-20 to 19; 0: left as they are)")
     parser.add_argument("--stagger-optimizer", type=float, default=0.0,
                         help="seconds the odd ranks sleep before each optimizer step")
     parser.add_argument("--hook", default="powersgd", choices=("powersgd", "none"),
