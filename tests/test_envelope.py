@@ -162,7 +162,7 @@ def test_the_powersgd_caveat_agrees_with_the_grids_it_cites():
     below = sum(r < 1.0 for r in ratios)
     assert f"{below} of {len(ratios)} below 1" in envelope.POWERSGD
     assert f"up to {round((1 - min(ratios)) * 100)}% fewer samples/s" in envelope.POWERSGD
-    # What the comment beside it says of the other hooks there: 12 of 12 within, 0.92-1.09.
+    # What the comment beside it says of the other hooks there: 14 of 14 within, 0.92-1.09.
     others = [float(row[8].split()[0]) for row in rows if not row[3].startswith("powersgd")]
     assert f"({min(others):.2f}-{max(others):.2f}, {len(others)} of {len(others)})" in \
         inspect.getsource(envelope)
