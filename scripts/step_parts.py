@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import record  # noqa: E402
@@ -60,6 +61,8 @@ from bench.analysis.prediction import (  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError  # noqa: E402
 from bench.topology import Topology  # noqa: E402
+
+T = TypeVar("T")
 
 
 def cell_parts(rec: dict, stat: str = "p50") -> dict[str, float] | None:
@@ -241,24 +244,34 @@ def _chain_s(rec: dict, bucket: int) -> float | None:
     return max(0.0, done[bucket] - issued[bucket])
 
 
-def _bucket_rows(records: list[dict], sweeps: list[dict], bucket: int
-                 ) -> Iterator[tuple[str, int, Timeline, Link, list[float]]]:
+def _n_node_rows(records: list[dict], sweeps: list[dict],
+                 measure: Callable[[dict, Timeline], T | None]
+                 ) -> Iterator[tuple[str, int, Timeline, Link, list[T]]]:
     """Per setup with a bucket timeline and N-node cell with a sweep over as many ranks:
-    (hook, nodes, the one-node timeline, the link, each N-node repeat's ``_chain_s``)."""
+    (hook, nodes, the one-node timeline, the link, ``measure`` of each ok N-node repeat
+    against that timeline, where it is not None)."""
     for key, repeats in single_node_repeats(records).items():
         timeline = Timeline.of(median_repeat(repeats))
         if not timeline.sent_bytes:
             continue
         chosen = sweeps_for_hook(sweeps, key[-1])
-        by_nodes: dict[tuple[int, object], list[float]] = {}
+        by_nodes: dict[tuple[int, object], list[T]] = {}
         for rec in record.training(records):
-            chain = _chain_s(rec, bucket) if rec.get("status") == "ok" else None
-            if chain is not None and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1:
-                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(chain)
-        for (nodes, rate), chains in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
+            if rec.get("status") != "ok" or setup_key(rec) != key \
+                    or (rec.get("nnodes") or 1) <= 1:
+                continue
+            measured = measure(rec, timeline)
+            if measured is not None:
+                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(measured)
+        for (nodes, rate), values in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
             over = _sweeps_over(chosen, nodes, rate)
             if over:
-                yield key[-1], nodes, timeline, LinkRange.of_sweeps(over).point, chains
+                yield key[-1], nodes, timeline, LinkRange.of_sweeps(over).point, values
+
+
+def _chains(bucket: int) -> Callable[[dict, Timeline], float | None]:
+    """``_n_node_rows``' measure of each N-node repeat's ``_chain_s`` of ``bucket``."""
+    return lambda rec, _timeline: _chain_s(rec, bucket)
 
 
 def _each_ms(chains: list[float]) -> str:
@@ -272,7 +285,7 @@ def last_bucket(records: list[dict], sweeps: list[dict]) -> str:
     link) plus the hook's own work as the one-node timeline measured it."""
     lines = ["| hook | nodes | last bucket sends kB | charged: collectives + hook work = ms "
              "| measured ms (each N-node repeat) |", "|---|---|---|---|---|"]
-    for hook, nodes, timeline, link, chains in _bucket_rows(records, sweeps, -1):
+    for hook, nodes, timeline, link, chains in _n_node_rows(records, sweeps, _chains(-1)):
         calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[-1]
         collectives = calls * link.allreduce_s(sent / calls, nodes)
         work = timeline.hook_work(len(timeline.sent_bytes) - 1)
@@ -293,7 +306,7 @@ def first_bucket(records: list[dict], sweeps: list[dict]) -> str:
     lines = ["| hook | nodes | first bucket sends kB | alone: ms, gloo's CPU ms | beside "
              "compute: ms, compute taken ms | measured ms (each N-node repeat) |",
              "|---|---|---|---|---|---|"]
-    for hook, nodes, timeline, link, chains in _bucket_rows(records, sweeps, 0):
+    for hook, nodes, timeline, link, chains in _n_node_rows(records, sweeps, _chains(0)):
         calls, sent = timeline.calls_per_bucket, timeline.sent_bytes[0]
         alone = (calls * link.allreduce_s(sent / calls, nodes),
                  calls * link.allreduce_cpu_s(sent / calls, nodes))
@@ -317,8 +330,8 @@ def _measured_marks(rec: dict) -> dict[str, list[float]] | None:
     if not isinstance(timeline, dict):
         return None
     lists = [timeline.get(f"{kind}_s") for kind in MARKS]
-    if not all(isinstance(x, list) and x and len(x) == len(lists[0])
-               and all(isinstance(t, (int, float)) for t in x) for x in lists):
+    if not all(isinstance(x, list) and x and all(isinstance(t, (int, float)) for t in x)
+               for x in lists) or len({len(x) for x in lists if isinstance(x, list)}) != 1:
         return None
     drawn = _drawn_to_mean(timeline)
     return {kind: list(drawn[f"{kind}_s"]) for kind in MARKS}
@@ -328,36 +341,27 @@ def bucket_marks(records: list[dict], sweeps: list[dict]) -> str:
     """Per setup and node count: when backward reached each bucket (ready), handed it over
     (issued) and its sync ended (done), in ms from the step's start, as the model predicts
     them (its simulation's events) and as the N-node repeats measured them (the median
-    over repeats), so that the stretch where the prediction falls behind shows. A bucket
-    whose measured marks differ in count from the timeline's is left out."""
+    over repeats), so that the stretch where the prediction falls behind shows. A repeat
+    whose marks differ in count from the timeline's buckets is left out."""
     lines = ["| hook | nodes | bucket | ready ms: predicted / measured | issued | done |",
              "|---|---|---|---|---|---|"]
-    for key, repeats in single_node_repeats(records).items():
-        timeline = Timeline.of(median_repeat(repeats))
-        if not timeline.sent_bytes:
-            continue
-        chosen = sweeps_for_hook(sweeps, key[-1])
-        by_nodes: dict[tuple[int, object], list[dict[str, list[float]]]] = {}
-        for rec in record.training(records):
-            marks = _measured_marks(rec) if rec.get("status") == "ok" else None
-            if marks and setup_key(rec) == key and (rec.get("nnodes") or 1) > 1 \
-                    and len(marks["ready"]) == len(timeline.ready_s):
-                by_nodes.setdefault((int(rec["nnodes"]), _rate(rec)), []).append(marks)
-        for (nodes, rate), measured in sorted(by_nodes.items(), key=lambda kv: kv[0][0]):
-            over = _sweeps_over(chosen, nodes, rate)
-            if not over:
-                continue
-            trace: list[tuple[str, int, float]] = []
-            predict_step(timeline, LinkRange.of_sweeps(over).point, nodes, trace)
-            predicted = {(what, bucket): t for what, bucket, t in trace}
-            for bucket in range(len(timeline.ready_s)):
-                cells = []
-                for kind in MARKS:
-                    seen = statistics.median(m[kind][bucket] for m in measured)
-                    guess = predicted.get((kind, bucket))
-                    cells.append(f"{'-' if guess is None else f'{guess * 1e3:.1f}'} / "
-                                 f"{seen * 1e3:.1f}")
-                lines.append(f"| {key[-1]} | {nodes} | {bucket} | {' | '.join(cells)} |")
+
+    def marks_of(rec: dict, timeline: Timeline) -> dict[str, list[float]] | None:
+        marks = _measured_marks(rec)
+        return marks if marks and len(marks["ready"]) == len(timeline.ready_s) else None
+
+    for hook, nodes, timeline, link, measured in _n_node_rows(records, sweeps, marks_of):
+        trace: list[tuple[str, int, float]] = []
+        predict_step(timeline, link, nodes, trace)
+        predicted = {(what, bucket): t for what, bucket, t in trace}
+        for bucket in range(len(timeline.ready_s)):
+            cells = []
+            for kind in MARKS:
+                seen = statistics.median(m[kind][bucket] for m in measured)
+                guess = predicted.get((kind, bucket))
+                cells.append(f"{'-' if guess is None else f'{guess * 1e3:.1f}'} / "
+                             f"{seen * 1e3:.1f}")
+            lines.append(f"| {hook} | {nodes} | {bucket} | {' | '.join(cells)} |")
     return "\n".join(lines) if len(lines) > 2 else \
         "no N-node cell with a bucket timeline, a one-node timeline and a sweep over as many nodes"
 

@@ -126,10 +126,22 @@ def test_a_link_from_file_without_a_sweep_is_one_line_and_exit_2():
 GRID = REPO / "results" / "reference" / "accuracy-grid-3" / "mlp2048x2-b8-1gbit"
 
 
-def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
-    """Each N-node repeat's last bucket, from its hand-over to done (rank 0's timeline),
-    beside the hook's collectives at the sweep's time plus its one-node hook work; a record
-    whose timeline is torn or missing is left out, not read."""
+def _step_parts_on(records: list[dict], comm: Path, tmp_path: Path) -> str:
+    """step_parts.py's output on ``records`` (written to a file) against the sweeps in
+    ``comm``."""
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results),
+                           "--link-from", str(comm)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _powersgd_model(records: list[dict], comm: Path):
+    """What bench predict starts a 2-node PowerSGD prediction from: the one-node timeline
+    of the median repeat and the point link of the sweeps over 2 ranks, computed here
+    apart from the script."""
     from bench.analysis.predict import (
         LinkRange,
         median_repeat,
@@ -138,28 +150,30 @@ def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
     )
     from bench.analysis.prediction import Timeline
 
+    (repeats,) = [recs for key, recs in single_node_repeats(records).items()
+                  if key[-1] == "powersgd"]
+    link = LinkRange.of_sweeps([s for s in sweeps_for_hook(record.link_sweeps(
+        record.load(comm)), "powersgd") if s.get("nnodes") == 2]).point
+    return Timeline.of(median_repeat(repeats)), link
+
+
+def test_the_last_buckets_sync_is_set_beside_what_the_model_charges(tmp_path):
+    """Each N-node repeat's last bucket, from its hand-over to done (rank 0's timeline),
+    beside the hook's collectives at the sweep's time plus its one-node hook work; a record
+    whose timeline is torn or missing is left out, not read."""
     records = record.load(GRID / "1gbit.jsonl")
     two = [r for r in records if r.get("nnodes") == 2 and r.get("comm_hook") == "powersgd"]
     torn = copy.deepcopy(two[0])
     torn["bucket_timeline"]["done_s"] = torn["bucket_timeline"]["done_s"][:-1]
     bare = {k: v for k, v in two[0].items() if k != "bucket_timeline"}
-    results = tmp_path / "runs.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in [*records, torn, bare]))
-    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results),
-                           "--link-from", str(GRID / "1gbit-comm.jsonl")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.split("## the last bucket's sync")[1].split("\n## ")[0]
+    output = _step_parts_on([*records, torn, bare], GRID / "1gbit-comm.jsonl", tmp_path)
+    table = output.split("## the last bucket's sync")[1].split("\n## ")[0]
     (row,) = [line for line in table.splitlines() if line.startswith("| powersgd | 2 |")]
     cells = [c.strip() for c in row.split("|")[1:-1]]
     chains = [(r["bucket_timeline"]["done_s"][-1] - r["bucket_timeline"]["issued_s"][-1])
               for r in two]
     assert cells[4] == ", ".join(f"{c * 1e3:.1f}" for c in chains)   # torn and bare: out
-    (repeats,) = [recs for key, recs in single_node_repeats(records).items()
-                  if key[-1] == "powersgd"]
-    timeline = Timeline.of(median_repeat(repeats))
-    link = LinkRange.of_sweeps([s for s in sweeps_for_hook(record.link_sweeps(
-        record.load(GRID / "1gbit-comm.jsonl")), "powersgd") if s.get("nnodes") == 2]).point
+    timeline, link = _powersgd_model(records, GRID / "1gbit-comm.jsonl")
     sent = timeline.sent_bytes[-1]
     collectives = 3 * link.allreduce_s(sent / 3, 2)
     work = timeline.hook_work(len(timeline.sent_bytes) - 1)
@@ -295,32 +309,17 @@ def test_each_buckets_marks_are_set_beside_the_models_traced_events(tmp_path):
     """Per bucket of the N-node cells: the model's ready, hand-over and done (its traced
     simulation, from the step's start) beside the medians over the repeats of each
     repeat's own marks drawn out to its mean step; a torn timeline is left out."""
-    from bench.analysis.predict import (
-        LinkRange,
-        median_repeat,
-        single_node_repeats,
-        sweeps_for_hook,
-    )
-    from bench.analysis.prediction import Timeline, _drawn_to_mean, predict_step
+    from bench.analysis.prediction import _drawn_to_mean, predict_step
 
     records = record.load(ROUNDS / "5gbit.jsonl")
     two = [r for r in records if r.get("nnodes") == 2 and r.get("comm_hook") == "powersgd"]
     torn = copy.deepcopy(two[0])
     torn["bucket_timeline"]["issued_s"] = torn["bucket_timeline"]["issued_s"][:-1]
-    results = tmp_path / "runs.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in [*records, torn]))
-    proc = subprocess.run([sys.executable, "scripts/step_parts.py", str(results),
-                           "--link-from", str(ROUNDS / "5gbit-comm.jsonl")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    table = _section(proc.stdout, "each bucket's marks")
+    output = _step_parts_on([*records, torn], ROUNDS / "5gbit-comm.jsonl", tmp_path)
+    table = _section(output, "each bucket's marks")
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()
             if line.startswith("| powersgd | 2 |")]
-    (repeats,) = [recs for key, recs in single_node_repeats(records).items()
-                  if key[-1] == "powersgd"]
-    timeline = Timeline.of(median_repeat(repeats))
-    link = LinkRange.of_sweeps([s for s in sweeps_for_hook(record.link_sweeps(
-        record.load(ROUNDS / "5gbit-comm.jsonl")), "powersgd") if s.get("nnodes") == 2]).point
+    timeline, link = _powersgd_model(records, ROUNDS / "5gbit-comm.jsonl")
     trace: list = []
     predict_step(timeline, link, 2, trace)
     drawn = [_drawn_to_mean(r["bucket_timeline"]) for r in two]
