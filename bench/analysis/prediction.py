@@ -634,7 +634,7 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
     buffers = sum(link.broadcast_s(size, nodes) for size in timeline.broadcast_bytes)
     # The broadcast is a sync too: after the optimizer's stretch, the slowest rank's.
     late_to_broadcast = wait(timeline.tail_s) if timeline.broadcast_bytes else 0.0
-    if trace is not None and events is not None:
+    if trace is not None and events:
         trace.extend((what, bucket, buffers + late_to_broadcast + seconds)
                      for what, bucket, seconds in events)
     return Prediction(nodes, buffers + late_to_broadcast + max(compute_end, comm_end)
@@ -698,14 +698,14 @@ def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
     """
     k = timeline.compute_cpus or 1
 
-    def passed(reached: int, handed: int) -> tuple[int, int]:
+    def passed(trace: list[tuple[str, int, float]], reached: int, handed: int
+               ) -> tuple[int, int]:
         """Trace the buckets backward has reached and handed over by now (it is at
         ``work`` at ``t``): how many of each, in all."""
-        while trace is not None and reached < len(ready) and ready[reached] <= work + _EPS:
+        while reached < len(ready) and ready[reached] <= work + _EPS:
             trace.append(("ready", reached, t))
             reached += 1
-        while trace is not None and handed < len(handover) \
-                and handover[handed] <= work + _EPS:
+        while handed < len(handover) and handover[handed] <= work + _EPS:
             trace.append(("issued", handed, t))
             handed += 1
         return reached, handed
@@ -715,7 +715,9 @@ def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
     points = sorted(set(ready) | set(handover))
     t = work = comm_total = comm_end = 0.0
     compute_end = 0.0 if end_work <= 0 else None
-    reached, handed = passed(0, 0)
+    reached = handed = 0
+    if trace is not None:
+        reached, handed = passed(trace, reached, handed)
     next_bucket, done = 0, 0
     sending, phase, progress, started = None, 0, 0.0, 0.0
     while True:
@@ -743,7 +745,8 @@ def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
             target = min(next((r for r in points if r > work + _EPS), end_work), barrier)
             dt = min(dt, (target - work) / compute_pace) if compute_pace > 0 else dt
         t, work = t + dt, work + compute_pace * dt
-        reached, handed = passed(reached, handed)
+        if trace is not None:
+            reached, handed = passed(trace, reached, handed)
         if sending is not None:
             progress = 1.0 if math.isinf(pace) else progress + pace * dt
             if progress >= 1 - 1e-9:

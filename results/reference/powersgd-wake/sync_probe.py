@@ -60,9 +60,8 @@ class Stamps:
     """Per step, per bucket: the stretches of backward's thread named above."""
 
     def __init__(self) -> None:
-        self.steps: list[list[dict]] = []
         self.current: list[dict] | None = None
-        self.issue_at: dict | None = None
+        self.issue_at: tuple[float, float, int] | None = None
         self.backward_tid: int | None = None
         self.last_done: float | None = None
         self.began = 0.0
