@@ -137,8 +137,10 @@ def _summarise(out: Path) -> None:
     opt_in = statistics.median(b[1] for b in by_mode["together"])
     print("\nin phase over each out-of-phase baseline (the ratios bench predict stretches by):")
     for name, blocks in baselines.items():
-        print(f"  {name}: forward and backward {fb_in / statistics.median(b[0] for b in blocks):.3f}, "
-              f"optimizer {opt_in / statistics.median(b[1] for b in blocks):.3f}")
+        fb_out = statistics.median(b[0] for b in blocks)
+        opt_out = statistics.median(b[1] for b in blocks)
+        print(f"  {name}: forward and backward {fb_in / fb_out:.3f}, "
+              f"optimizer {opt_in / opt_out:.3f}")
 
 
 def main() -> None:
