@@ -196,9 +196,10 @@ def predicted_growth(timeline: Timeline, link: Link, p: Prediction
     broadcasts. The slowest rank's lateness at the last sync is not in it: a rank waits
     that out after its own backward, in the sync (``Prediction.skew_after_backward_s``),
     and the measured parts are the ranks' mean."""
-    factor = link.in_phase_factor(timeline.workload) \
-        if timeline.compute_cpus is not None else 1.0
-    stretch = timeline.stretched(factor).backward_end_s - timeline.backward_end_s
+    on_cpu = timeline.compute_cpus is not None
+    factor = link.in_phase_factor(timeline.workload) if on_cpu else 1.0
+    tail = link.in_phase_tail_factor(timeline.workload) if on_cpu else 1.0
+    stretch = timeline.stretched(factor, tail).backward_end_s - timeline.backward_end_s
     return stretch, p.skew_s - p.skew_after_backward_s, p.stolen_s, p.buffers_s
 
 

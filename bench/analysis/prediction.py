@@ -68,7 +68,8 @@ class Link:
     in_phase: tuple[tuple[tuple, float], ...] = ()
     # And its optimizer's (the probe's ``optimizer_phase_pairs``), which runs just after
     # the sync that lines the hosts up and moves every parameter through memory: its own
-    # figure where measured, else the steps'.
+    # figure where measured, else the steps'. The comm hook's own work, which streams each
+    # gradient after a sync as the optimizer does, takes it too (``Timeline.stretched``).
     in_phase_tail: tuple[tuple[tuple, float], ...] = ()
 
     @classmethod
@@ -215,8 +216,9 @@ class Link:
         return next((ratio for key, ratio in self.in_phase if key == workload), 1.0)
 
     def in_phase_tail_factor(self, workload: tuple | None) -> float:
-        """The same for ``workload``'s optimizer (the one-node timeline's tail): its own
-        pairs where the probe timed it apart, else ``in_phase_factor``."""
+        """The same for ``workload``'s optimizer (the one-node timeline's tail), and the
+        comm hook's work: the optimizer's own pairs where the probe timed it apart, else
+        ``in_phase_factor``."""
         return next((ratio for key, ratio in self.in_phase_tail if key == workload),
                     self.in_phase_factor(workload))
 
@@ -266,6 +268,20 @@ def _between(table: tuple[tuple[float, float], ...], x: float) -> float:
     (x_a, y_a), (x_b, y_b) = next((one, two) for one, two in zip(table, table[1:], strict=False)
                                   if x <= two[0])
     return y_a + (x - x_a) / (x_b - x_a) * (y_b - y_a)
+
+
+def _paced(ready: tuple[float, ...], issued: tuple[float, ...], compute: float,
+           hook: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Backward's thread with its compute ``compute`` times as long and each bucket's
+    synchronous hook part (``issued - ready``) ``hook`` times as long: it computes up to
+    a bucket, runs that bucket's part, and goes on, so each time moves by the compute and
+    the parts before it."""
+    paced_ready, paced_issued, parts = [], [], 0.0
+    for reached, handed in zip(ready, issued, strict=True):
+        paced_ready.append((reached - parts) * compute + parts * hook)
+        paced_issued.append(paced_ready[-1] + (handed - reached) * hook)
+        parts += handed - reached
+    return tuple(paced_ready), tuple(paced_issued)
 
 
 # A wait under a nanosecond is none: a ratio over it would be rounding dust.
@@ -471,17 +487,34 @@ class Timeline:
                                    step_s=self.step_s + shift)
 
     def stretched(self, factor: float, tail_factor: float | None = None) -> Timeline:
-        """Every time of the step ``factor`` times as long: its compute at another pace;
-        the tail (the optimizer) ``tail_factor`` times as long where given."""
+        """The step's compute at another pace: forward and backward ``factor`` times as
+        long, and its passes over every parameter ``tail_factor`` times as long where given
+        (else ``factor``): the optimizer (the tail) and the comm hook's own work (each
+        bucket's synchronous part on backward's thread, ``issued_s - ready_s``, and
+        ``hook_s``). The hook's work streams each gradient through memory just after a
+        sync, as the optimizer streams the parameters. On two emulated hosts of one CPU,
+        PowerSGD's work on backward's thread grew with the optimizer on the MLPs (1.00-1.30
+        times on two nodes against 1.07-1.24), and on resnet18 between forward's and the
+        optimizer's (1.07-1.16 against 1.32-1.46), where this charges about 3 ms of a
+        116 ms step too much. At forward and backward's pace part fifteen's MLP 2048x2
+        PowerSGD cell read 0.85 of the prediction, at the optimizer's 1.02
+        (results/reference/hook-in-phase/)."""
         tail = factor if tail_factor is None else tail_factor
         if factor == 1.0 and tail == 1.0:
             return self
-        scaled = lambda times: tuple(t * factor for t in times) if times else times  # noqa: E731
+        scaled = lambda times, by: tuple(t * by for t in times) if times else times  # noqa: E731
+        ready, issued = scaled(self.ready_s, factor), None
+        if self.issued_s is not None:
+            ready, issued = _paced(self.ready_s, self.issued_s, factor, tail)
+        done_last = None
+        if self.done_last_s is not None:
+            # The one rank's last bucket, done after its hand-over: the hook's work.
+            done_last = (issued or ready)[-1] + (self.done_last_s - self.handover_s[-1]) * tail
+        stretched = dataclasses.replace(self, ready_s=ready, issued_s=issued,
+                                        hook_s=scaled(self.hook_s, tail), done_last_s=done_last)
         return dataclasses.replace(
-            self, ready_s=scaled(self.ready_s), issued_s=scaled(self.issued_s),
-            hook_s=scaled(self.hook_s),
-            step_s=self.step_s * factor + self.tail_s * (tail - factor),
-            done_last_s=None if self.done_last_s is None else self.done_last_s * factor)
+            stretched, step_s=max(stretched.backward_end_s, done_last or 0.0)
+            + self.tail_s * tail)
 
     def scaled_batch(self, factor: float) -> Timeline:
         """A batch ``factor`` times larger: forward and backward scale with it (assumed
