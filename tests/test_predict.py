@@ -397,14 +397,14 @@ def test_a_stretched_timeline_keeps_its_buckets_apart_from_its_tail():
                         hook_s=(0.01, 0.02), done_last_s=0.25)
     assert timeline.tail_s == pytest.approx(0.05)
     both = timeline.stretched(1.1, 2.0)
-    # Backward's compute at 1.1; the hook's synchronous parts (0.01, 0.02), its work after
-    # them and the optimizer at 2: bucket 1 is reached after 0.19 of compute and bucket 0's
-    # part, 0.209 + 0.02.
+    # Backward's compute and the hook's chains at 1.1; its synchronous parts (0.01, 0.02)
+    # and the optimizer at 2: bucket 1 is reached after 0.19 of compute and bucket 0's
+    # part, 0.209 + 0.02; the last chain (0.03) follows bucket 1's hand-over.
     assert both.ready_s == pytest.approx((0.11, 0.229))
     assert both.issued_s == pytest.approx((0.13, 0.269))
-    assert both.done_last_s == pytest.approx(0.269 + 0.06)
-    assert both.hook_s == pytest.approx((0.02, 0.04))
-    assert both.tail_s == pytest.approx(0.1) and both.step_s == pytest.approx(0.429)
+    assert both.done_last_s == pytest.approx(0.269 + 0.033)
+    assert both.hook_s == pytest.approx((0.011, 0.022))
+    assert both.tail_s == pytest.approx(0.1) and both.step_s == pytest.approx(0.402)
     # Without the hook's split (a record from before it): every bucket time at 1.1.
     bare = Timeline((0.1, 0.2), (1e6, 1e6), 0.3).stretched(1.1, 2.0)
     assert bare.ready_s == pytest.approx((0.11, 0.22))

@@ -40,9 +40,9 @@ BEYOND = ("on other workloads on emulated hosts of one CPU, 2 nodes "
 # fifteen with the optimizer's in-phase ratio charged apart; part sixteen one workload at
 # 2-4 nodes on hosts of half a CPU), every cell with no hook, fp16 or bf16 read within
 # (0.92-1.09, 17 of 17), and nine of eleven PowerSGD cells below 1, as run. Timed step by
-# step, the two-node step lost it in several places: the hook's work in phase, now charged
-# at the optimizer's ratio (results/reference/hook-in-phase/; read back so, part fifteen's
-# worst cell moves from 0.85 to 1.02), and, not charged yet, the race of each later
+# step, the two-node step lost it in several places: the hook's synchronous part in phase,
+# now charged at the optimizer's ratio (results/reference/hook-in-phase/; read back so, part
+# fifteen's worst cell moves from 0.85 to 0.94), and, not charged yet, the race of each later
 # hand-over (backward against the previous bucket's chain) and the step's first
 # collective (results/reference/powersgd-wake/).
 POWERSGD_GRIDS = ("accuracy-grid-11-heldout", "accuracy-grid-12", "accuracy-grid-13",

@@ -80,10 +80,11 @@ it, and it moves every parameter, gradient and momentum through memory. On two e
 hosts of one CPU resnet18's (batch 8, 32 px) took 1.37 times as long in phase, where its
 forward and backward took 0.98 and its whole step about 1.04 (issue 29,
 results/reference/powersgd-wake/); a sweep from before keeps the whole step's ratio for
-both. The comm hook's own work (PowerSGD's synchronous part on backward's thread and the
-work of its chain) takes the optimizer's ratio too: it streams each gradient through
-memory just after a sync, as the optimizer streams the parameters: on the MLPs it grew
-with the optimizer on two nodes, on resnet18 between forward's ratio and the optimizer's
+both. The comm hook's synchronous part on backward's thread (PowerSGD's error feedback and
+P matmul) takes the optimizer's ratio too: it streams each gradient through memory just
+after the previous bucket's collective lined the hosts up, as the optimizer streams the
+parameters. On the MLPs it grew with the optimizer on two nodes, on resnet18 between
+forward's ratio and the optimizer's; the hook's chains keep forward's
 (results/reference/hook-in-phase/).
 
 Not modelled, each measured on the README's demo (resnet18 at 32 px, batch 16, two emulated

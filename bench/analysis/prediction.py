@@ -68,8 +68,8 @@ class Link:
     in_phase: tuple[tuple[tuple, float], ...] = ()
     # And its optimizer's (the probe's ``optimizer_phase_pairs``), which runs just after
     # the sync that lines the hosts up and moves every parameter through memory: its own
-    # figure where measured, else the steps'. The comm hook's own work, which streams each
-    # gradient after a sync as the optimizer does, takes it too (``Timeline.stretched``).
+    # figure where measured, else the steps'. The comm hook's synchronous part, which streams
+    # each gradient after a sync as the optimizer does, takes it too (``Timeline.stretched``).
     in_phase_tail: tuple[tuple[tuple, float], ...] = ()
 
     @classmethod
@@ -217,8 +217,8 @@ class Link:
 
     def in_phase_tail_factor(self, workload: tuple | None) -> float:
         """The same for ``workload``'s optimizer (the one-node timeline's tail), and the
-        comm hook's work: the optimizer's own pairs where the probe timed it apart, else
-        ``in_phase_factor``."""
+        comm hook's synchronous parts: the optimizer's own pairs where the probe timed it
+        apart, else ``in_phase_factor``."""
         return next((ratio for key, ratio in self.in_phase_tail if key == workload),
                     self.in_phase_factor(workload))
 
@@ -487,18 +487,20 @@ class Timeline:
                                    step_s=self.step_s + shift)
 
     def stretched(self, factor: float, tail_factor: float | None = None) -> Timeline:
-        """The step's compute at another pace: forward and backward ``factor`` times as
-        long, and its passes over every parameter ``tail_factor`` times as long where given
-        (else ``factor``): the optimizer (the tail) and the comm hook's own work (each
-        bucket's synchronous part on backward's thread, ``issued_s - ready_s``, and
-        ``hook_s``). The hook's work streams each gradient through memory just after a
-        sync, as the optimizer streams the parameters. On two emulated hosts of one CPU,
-        PowerSGD's work on backward's thread grew with the optimizer on the MLPs (1.00-1.30
-        times on two nodes against 1.07-1.24), and on resnet18 between forward's and the
-        optimizer's (1.07-1.16 against 1.32-1.46), where this charges about 3 ms of a
-        116 ms step too much. At forward and backward's pace part fifteen's MLP 2048x2
-        PowerSGD cell read 0.85 of the prediction, at the optimizer's 1.02
-        (results/reference/hook-in-phase/)."""
+        """The step's compute at another pace: forward and backward, and the comm hook's
+        chains beside them (``hook_s``, the one rank's last chain), ``factor`` times as
+        long; the optimizer (the tail) and each bucket's synchronous hook part on
+        backward's thread (``issued_s - ready_s``: PowerSGD's error feedback and P matmul)
+        ``tail_factor`` times as long where given (else ``factor``).
+
+        The synchronous part streams each gradient through memory just after the previous
+        bucket's collective lined the hosts up, as the optimizer streams the parameters
+        after DDP's last sync. On two emulated hosts of one CPU it grew on two nodes with
+        the optimizer on the MLPs (1.00-1.30 against 1.07-1.24), and on resnet18 between
+        forward's ratio and the optimizer's (1.07-1.16 against 1.32-1.46: this charges it
+        about 3 ms a step too much there). The chains' work did not grow with the
+        optimizer on resnet18 (0.56-0.91 against 1.32-1.46), and charged at its ratio it
+        read the README's demo 1.16 (results/reference/hook-in-phase/)."""
         tail = factor if tail_factor is None else tail_factor
         if factor == 1.0 and tail == 1.0:
             return self
@@ -508,10 +510,10 @@ class Timeline:
             ready, issued = _paced(self.ready_s, self.issued_s, factor, tail)
         done_last = None
         if self.done_last_s is not None:
-            # The one rank's last bucket, done after its hand-over: the hook's work.
-            done_last = (issued or ready)[-1] + (self.done_last_s - self.handover_s[-1]) * tail
+            # The one rank's last bucket, done after its hand-over: its chain's work.
+            done_last = (issued or ready)[-1] + (self.done_last_s - self.handover_s[-1]) * factor
         stretched = dataclasses.replace(self, ready_s=ready, issued_s=issued,
-                                        hook_s=scaled(self.hook_s, tail), done_last_s=done_last)
+                                        hook_s=scaled(self.hook_s, factor), done_last_s=done_last)
         return dataclasses.replace(
             stretched, step_s=max(stretched.backward_end_s, done_last or 0.0)
             + self.tail_s * tail)

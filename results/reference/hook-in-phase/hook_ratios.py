@@ -34,13 +34,16 @@ WAKE = HERE.parent / "powersgd-wake"
 _MODE = re.compile(r"(one|two): .*forward +([\d.]+), backward.*optimizer +([\d.]+)")
 _BUCKET = re.compile(r"\s+bucket \d+: compute before it +[\d.]+ \(cpu +([\d.]+)\).*"
                      r"its work +[\d.]+ \(cpu +([\d.]+)")
+# A chain's own work (wall time, beside backward): unpacking, the Q matmul, decompressing.
+_CHAIN = re.compile(r"\s+(one|two) bucket \d+ chain .*unpack ([\d.]+),.*Q matmul ([\d.]+),"
+                    r".*decompress ([\d.]+),")
 
 
 def probe_runs() -> None:
     print("## sync_probe.py's runs, two nodes over one (per-step medians)\n")
     print("| run | optimizer | hook work (CPU) | forward | compute before the buckets (CPU) |"
-          " optimizer ms | hook work ms |")
-    print("|---|---|---|---|---|---|---|")
+          " optimizer ms | hook work ms | the chains' work (wall) |")
+    print("|---|---|---|---|---|---|---|---|")
     for run in sorted((WAKE / "runs").iterdir()):
         if not run.is_dir():
             continue
@@ -48,9 +51,12 @@ def probe_runs() -> None:
                               "--summarise", "--out", str(run)], capture_output=True,
                              text=True, check=True).stdout
         modes: dict[str, dict[str, float]] = {}
+        chains = {"one": 0.0, "two": 0.0}
         mode = None
         for line in out.splitlines():
-            if found := _MODE.match(line):
+            if found := _CHAIN.match(line):
+                chains[found.group(1)] += sum(float(found.group(g)) for g in (2, 3, 4))
+            elif found := _MODE.match(line):
                 mode = found.group(1)
                 modes[mode] = {"forward": float(found.group(2)),
                                "optimizer": float(found.group(3)), "work": 0.0, "compute": 0.0}
@@ -64,7 +70,9 @@ def probe_runs() -> None:
         print(f"| {run.name} | {ratio['optimizer']:.2f} | {ratio['work']:.2f} | "
               f"{ratio['forward']:.2f} | {ratio['compute']:.2f} | "
               f"{one['optimizer']:.1f} → {two['optimizer']:.1f} | "
-              f"{one['work']:.1f} → {two['work']:.1f} |")
+              f"{one['work']:.1f} → {two['work']:.1f} | "
+              + (f"{chains['two'] / chains['one']:.2f} ({chains['one']:.1f} → "
+                 f"{chains['two']:.1f} ms)" if chains["one"] else "not stamped") + " |")
 
 
 def grid_cells(grid: Path) -> None:
