@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import record
 from bench.analysis.prediction import Link, Timeline, levers, predict_step, scaling
@@ -412,6 +414,46 @@ def test_a_stretched_timeline_keeps_its_buckets_apart_from_its_tail():
     assert timeline.stretched(1.1) == timeline.stretched(1.1, 1.1)
     assert timeline.stretched(1.1).step_s == pytest.approx(0.33)
     assert timeline.stretched(1.0, 1.0) is timeline
+
+
+_SPANS = st.lists(st.tuples(st.floats(1e-4, 0.05), st.floats(0.0, 0.02), st.floats(0.0, 0.02)),
+                  min_size=1, max_size=6)
+
+
+def _timeline_of(spans: list[tuple[float, float, float]], chain: float, tail: float
+                 ) -> Timeline:
+    """Backward's thread as (compute up to a bucket, its synchronous part, its chain's work)
+    per bucket, the last chain ``chain`` after the last hand-over, then ``tail``."""
+    ready, issued, at = [], [], 0.0
+    for compute, part, _ in spans:
+        ready.append(at + compute)
+        issued.append(ready[-1] + part)
+        at = issued[-1]
+    done_last = at + chain
+    return Timeline(tuple(ready), tuple(1e6 for _ in spans), done_last + tail,
+                    issued_s=tuple(issued), hook_s=tuple(work for *_, work in spans),
+                    done_last_s=done_last)
+
+
+@given(_SPANS, st.floats(0.0, 0.02), st.floats(1e-4, 0.05), st.floats(0.5, 2.0),
+       st.floats(0.5, 2.0))
+def test_a_stretch_paces_compute_and_chains_by_one_ratio_and_the_rest_by_the_other(
+        spans, chain, tail, factor, tail_factor):
+    timeline = _timeline_of(spans, chain, tail)
+    both = timeline.stretched(factor, tail_factor)
+    # Built again from the same parts, each at its own pace, it is the same timeline.
+    paced = _timeline_of([(c * factor, p * tail_factor, w * factor) for c, p, w in spans],
+                         chain * factor, tail * tail_factor)
+    assert both.ready_s == pytest.approx(paced.ready_s)
+    assert both.issued_s == pytest.approx(paced.issued_s)
+    assert both.hook_s == pytest.approx(paced.hook_s)
+    assert both.done_last_s == pytest.approx(paced.done_last_s)
+    assert both.step_s == pytest.approx(paced.step_s)
+    assert both.tail_s == pytest.approx(tail * tail_factor)
+    # One ratio for all: every time that many times as long.
+    even = timeline.stretched(factor, factor)
+    assert even.issued_s == pytest.approx(tuple(t * factor for t in timeline.issued_s))
+    assert even.step_s == pytest.approx(timeline.step_s * factor)
 
 
 def test_a_cpu_bound_all_reduce_is_slower_than_the_wire():
