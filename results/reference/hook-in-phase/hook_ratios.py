@@ -116,6 +116,10 @@ def main() -> None:
     parser.add_argument("--grid", type=Path, action="append", default=[],
                         help="a grid part's directory (repeatable)")
     args = parser.parse_args()
+    for grid in args.grid:
+        if not grid.is_dir():
+            parser.error(f"--grid={grid}: not a directory; give a grid part's directory "
+                         "(results/reference/accuracy-grid-15)")
     probe_runs()
     for grid in args.grid:
         grid_cells(grid)

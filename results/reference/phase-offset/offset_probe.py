@@ -32,6 +32,7 @@ import gzip
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -157,7 +158,20 @@ def main() -> None:
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--summarise", action="store_true", help="read --out again")
     args = p.parse_args()
-    args.width, args.depth = (int(x) for x in args.shape.split("x"))
+    shape = re.fullmatch(r"([1-9][0-9]{0,5})x([1-9][0-9]{0,3})", args.shape)
+    if not shape:
+        p.error(f"--shape={args.shape!r}: WIDTHxDEPTH, two positive whole numbers (2048x2)")
+    args.width, args.depth = int(shape.group(1)), int(shape.group(2))
+    if not 1 <= args.batch <= 4096:
+        p.error(f"batch={args.batch}: a whole number from 1 to 4096")
+    if not 1 <= args.rounds <= 100:
+        p.error(f"--rounds={args.rounds}: a whole number from 1 to 100")
+    if not 0.1 <= args.block_s <= 60:   # also refuses nan
+        p.error(f"--block-s={args.block_s}: seconds from 0.1 to 60")
+    if not 1024 <= args.port <= 65535:
+        p.error(f"--port={args.port}: a port from 1024 to 65535")
+    if args.summarise and not args.out.is_dir():
+        p.error(f"--out={args.out}: no such directory to summarise (drop --summarise)")
     if args.rank is not None:
         _rank_main(args)
         return
