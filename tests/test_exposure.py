@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import signal
 import string
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -201,6 +203,60 @@ def test_a_native_job_listens_on_loopback_only_and_leaves_no_temp_files(tmp_path
     assert logs and not [p for p in [results, *logs] if SECRET in p.read_text()]
     left = sorted(p.name for p in temp.iterdir())
     assert not [name for name in left if name.startswith(("torchelastic_", "bench-job-"))], left
+
+
+@pytest.mark.parametrize(("program", "code"), [("true", 0), ("false", 1)])
+def test_the_agent_leaves_nothing_in_the_temp_dir_however_its_job_ends(tmp_path, program,
+                                                                       code):
+    # Every launcher's nodes start through bench.rank.torchrun, on hosts that run job after
+    # job: torchrun on its own leaves a torchelastic_* directory there on every run.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    ended = subprocess.run(
+        [sys.executable, "-m", "bench.rank.torchrun", "--store-bind", "127.0.0.1",
+         "--nnodes", "1", "--nproc_per_node", "1", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), "--no-python", program],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True,
+        timeout=120)
+    assert ended.returncode == code, ended.stderr[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_an_agent_stopped_mid_job_leaves_nothing_in_the_temp_dir(tmp_path):
+    # How a launcher ends a job past its deadline, or a cell the matrix gives up on: SIGTERM.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "bench.rank.torchrun", "--nnodes", "1", "--nproc_per_node",
+         "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+         "--no-python", "sleep", "120"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(temp.glob("torchelastic_*/*/attempt_0")):   # its worker started
+            assert agent.poll() is None and time.monotonic() < deadline, agent.returncode
+            time.sleep(0.1)
+        agent.send_signal(signal.SIGTERM)
+        output, _ = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+    assert agent.returncode != 0, output[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == [], output[-3000:]
+
+
+def test_a_log_dir_given_to_the_agent_is_kept(tmp_path):
+    temp, kept = tmp_path / "tmp", tmp_path / "kept"
+    temp.mkdir()
+    ended = subprocess.run(
+        [sys.executable, "-m", "bench.rank.torchrun", "--nnodes", "1", "--nproc_per_node",
+         "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--log-dir",
+         str(kept), "--no-python", "true"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True,
+        timeout=120)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == []
+    assert [p.name for p in kept.iterdir()] != []   # torchrun's run directory, the user's
 
 
 def test_a_plot_writes_nothing_in_the_home_directory(tmp_path):
