@@ -39,11 +39,22 @@ from bench.options import ConfigError
 from bench.topology import Topology, host_address, parse_hosts
 from conftest import EXAMPLE_ENV, REPO
 
+# Every directory of this module in one, removed when the test process exits (a module's
+# constants cannot take a fixture's tmp_path; five directories left per run add up).
+_ROOT = tempfile.TemporaryDirectory(prefix="bench-shell-lines-")
+
+
+def _directory(name: str) -> Path:
+    path = Path(_ROOT.name) / name
+    path.mkdir()
+    return path
+
+
 # Where an injected command would write (cwd of every run, and named in the payloads).
-WATCH = Path(tempfile.mkdtemp(prefix="bench-watch-"))
+WATCH = _directory("watch")
 # Where the stubs write what they were called with, one file per call.
-CALLS = Path(tempfile.mkdtemp(prefix="bench-calls-"))
-STUBS = Path(tempfile.mkdtemp(prefix="bench-stubs-"))
+CALLS = _directory("calls")
+STUBS = _directory("stubs")
 PAYLOADS = ["$(touch pwned)", "`touch pwned`", f"$(touch {WATCH}/pwned)",
             f"`touch {WATCH}/pwned`", f"';touch {WATCH}/pwned;'", f'";touch {WATCH}/pwned;"',
             f"\ntouch {WATCH}/pwned\n", f"x; touch {WATCH}/pwned", "a|touch pwned",
@@ -379,10 +390,10 @@ def test_the_netns_render_quotes_every_word():
 
 
 # --- Kubernetes: the pod's env, run by the image's entrypoint --------------------------------
-K8S_SETTINGS = Path(tempfile.mkdtemp(prefix="bench-k8s-")) / "node.env"
+K8S_SETTINGS = _directory("k8s") / "node.env"
 # python3 for the entrypoint: the real one for its shlex step, the recording stub for the
 # agent it ends with (python3 -m bench.rank.torchrun), so that nothing starts.
-REAL_PYTHON = Path(tempfile.mkdtemp(prefix="bench-python-"))
+REAL_PYTHON = _directory("python")
 (REAL_PYTHON / "python3").write_text(
     '#!/bin/sh\nif [ "$1 $2" = "-m bench.rank.torchrun" ]; then exec '
     f'{shlex.quote(str(STUBS / "python3"))} "$@"; fi\n'
