@@ -278,21 +278,40 @@ def test_a_workloads_own_lockstep_probe_scales_its_waits_and_no_others():
 
     resnet = workload_key("resnet18", 32, 16, 4096, 8, "fp32")
     assert resnet == ("resnet18", 32, 16, None, None, "fp32")   # width, depth: the mlp's only
-    # Matmuls wait 2 ms after 0.1 s and 8 ms after 0.4 s; resnet18's own 0.2 s steps 12 ms,
-    # three times the matmuls' 4 ms there: its every stretch waits three times theirs.
-    link = dataclasses.replace(GBIT, lockstep=((0.1, 0.002), (0.4, 0.008)), lockstep_ranks=2,
-                               workload_lockstep=((resnet, 0.2, 0.012),))
+    # Matmuls wait 3 ms after 0.04 s and 0.8 ms after 0.16 s, as noisy as two hosts of one
+    # CPU read them; resnet18's own 0.2 s steps 12 ms: its every stretch waits in proportion
+    # to its length, whatever the matmuls' curve does there.
+    link = dataclasses.replace(GBIT, lockstep=((0.04, 0.003), (0.16, 0.0008)),
+                               lockstep_ranks=2, workload_lockstep=((resnet, 0.2, 0.012),))
     assert link.sync_wait_s(0.2, 2, resnet) == pytest.approx(0.012)
     assert link.sync_wait_s(0.1, 2, resnet) == pytest.approx(0.006)
+    assert link.sync_wait_s(0.04, 2, resnet) == pytest.approx(0.0024)
     assert link.sync_wait_s(0.4, 4, resnet) == pytest.approx(0.024 * 1.0294 / 0.5642, rel=1e-3)
     # Another workload, or none named: the matmuls' waits.
     other = workload_key("resnet18", 32, 32, None, None, "fp32")
-    assert link.sync_wait_s(0.1, 2, other) == pytest.approx(0.002)
-    assert link.sync_wait_s(0.1, 2) == pytest.approx(0.002)
+    assert link.sync_wait_s(0.1, 2, other) == pytest.approx(0.0019)
+    assert link.sync_wait_s(0.1, 2) == pytest.approx(0.0019)
     # The workload's probe alone: its wait in proportion to the stretch.
     alone = dataclasses.replace(link, lockstep=())
     assert alone.sync_wait_s(0.1, 2, resnet) == pytest.approx(0.006)
     assert alone.sync_wait_s(0.1, 2, other) == 0 and alone.sync_wait_s(0.1, 1, resnet) == 0
+
+
+@given(st.lists(st.floats(1e-4, 1.0), min_size=1, max_size=8),
+       st.floats(1e-3, 1.0), st.floats(0.0, 0.1), st.integers(2, 16))
+def test_a_probed_workloads_step_waits_as_long_cut_into_stretches_as_whole(
+        stretches, probe_compute, probe_wait, nodes):
+    """The slowest rank's lead grows with the compute since the last sync: a serialized
+    hook's several hand-overs a step wait, in all, what one sync after the whole would."""
+    from bench.analysis.prediction import workload_key
+
+    resnet = workload_key("resnet18", 32, 32, None, None, "fp32")
+    link = dataclasses.replace(GBIT, lockstep=((0.04, 0.003), (0.16, 0.0008)),
+                               lockstep_ranks=2,
+                               workload_lockstep=((resnet, probe_compute, probe_wait),))
+    parts = sum(link.sync_wait_s(stretch, nodes, resnet) for stretch in stretches)
+    assert parts == pytest.approx(link.sync_wait_s(sum(stretches), nodes, resnet), rel=1e-9,
+                                  abs=1e-15)
 
 
 def test_the_sweeps_workload_probe_reaches_the_prediction_of_that_workload():

@@ -36,23 +36,22 @@ BEYOND = ("on other workloads on emulated hosts of one CPU, 2 nodes "
           "moved by up to 0.22 between two runs (results/reference/accuracy-grid-3)")
 
 # PowerSGD apart: on the same hosts, with the sweeps and the cells run in rounds (repeat r of
-# every sweep, then of every cell: parts eleven to sixteen, 2026-11-29, an AMD EPYC VM; part
-# fifteen with the optimizer's in-phase ratio charged apart; part sixteen one workload at
-# 2-4 nodes on hosts of half a CPU), every cell with no hook, fp16 or bf16 read within
-# (0.92-1.09, 17 of 17), and nine of eleven PowerSGD cells below 1, as run. Timed step by
-# step, the two-node step lost it in several places: the hook's synchronous part in phase,
-# now charged at the optimizer's ratio (results/reference/hook-in-phase/; read back so, part
-# fifteen's worst cell moves from 0.85 to 0.94), and, not charged yet, the race of each later
-# hand-over (backward against the previous bucket's chain) and the step's first
-# collective (results/reference/powersgd-wake/).
-POWERSGD_GRIDS = ("accuracy-grid-11-heldout", "accuracy-grid-12", "accuracy-grid-13",
-                  "accuracy-grid-14", "accuracy-grid-15", "accuracy-grid-16")
-POWERSGD = ("with PowerSGD, in rounds on emulated hosts of one CPU or half of one "
-            "(results/reference/accuracy-grid-11-heldout, accuracy-grid-12, accuracy-grid-13, "
-            "accuracy-grid-14, accuracy-grid-15 and accuracy-grid-16, 2026-11-29) measured / "
-            "predicted read 0.80-1.05, outside 0.90-1.10 in 5 of 11 cells, 9 of 11 below 1: "
-            "a run may measure up to 20% fewer samples/s than predicted "
-            "(results/reference/powersgd-wake/)")
+# every sweep, then of every cell), the whole grid's nine workloads run on an AMD EPYC VM
+# (parts fifteen to eighteen, 2026-11-29; part sixteen one workload at 2-4 nodes on hosts of
+# half a CPU) and read back at this model (results/reference/accuracy-grid-18/read-back/):
+# every cell with no hook, fp16 or bf16 read within (0.92-1.10, 15 of 15), and seven of nine
+# PowerSGD cells below 1. Timed step by step, the two-node step loses it before backward
+# ends: each serialized hand-over waits on the previous bucket's chain, a race the model
+# does not charge, and the step's first collective takes longer than charged
+# (results/reference/powersgd-wake/, results/reference/accuracy-grid-17/README.md).
+POWERSGD_GRIDS = tuple(f"accuracy-grid-18/read-back/part-{part}" for part in (15, 16, 17, 18))
+POWERSGD = ("with PowerSGD, the whole grid in rounds on emulated hosts of one CPU or half of "
+            "one, read back at this model (results/reference/accuracy-grid-18/read-back/"
+            "part-15, accuracy-grid-18/read-back/part-16, accuracy-grid-18/read-back/part-17 "
+            "and accuracy-grid-18/read-back/part-18, 2026-11-29) measured / predicted read "
+            "0.89-1.07, outside "
+            "0.90-1.10 in 1 of 9 cells, 7 of 9 below 1: a run may measure up to 11% fewer "
+            "samples/s than predicted (results/reference/powersgd-wake/)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -59,10 +59,12 @@ cost before backward's first bucket that the double charge had offset and that i
 modelled (results/reference/powersgd-double-charge/).
 
 The workload's own pace: with ``--lockstep-model`` the sweep also runs the job's own steps
-in lockstep, and that workload's waits are the matmuls' scaled by its own
-(``Link.sync_wait_s``). An experiment had seen the demo's steps wait 25 ms a step where the
-matmul probe charged 9-10; on two later demo runs the probe read 7-8 ms, near the matmuls'
-(missing-cost/lockstep-workload/README.md).
+in lockstep, and that workload's syncs wait what its own steps waited, in proportion to
+the compute since the sync before (``Link.sync_wait_s``). An experiment had seen the demo's
+steps wait 25 ms a step where the matmul probe charged 9-10
+(missing-cost/lockstep-workload/README.md). Until 2026-11-29 the workload's wait scaled the
+matmuls' curve instead; that curve's noise at short stretches charged a serialized hook's
+hand-overs up to 37 ms a step (results/reference/accuracy-grid-18/README.md).
 
 Hosts computing in phase: N ranks run forward, backward and the optimizer at the same
 moments (each sync lines them up); the one-node cell's neighbour job runs out of step with
@@ -644,8 +646,8 @@ def _lockstep_line(link: Link) -> str:
     for key, compute_s, wait_s in link.workload_lockstep:
         model, image_size, batch = key[:3]
         line += (f"; {model} {image_size} px batch {batch}'s own steps: {wait_s * 1e3:.1f} ms "
-                 f"after {compute_s * 1e3:.0f} ms, which scales that workload's waits "
-                 f"(--lockstep-model); other workloads: the matmuls'")
+                 f"after {compute_s * 1e3:.0f} ms, that workload's wait in proportion to "
+                 f"each stretch (--lockstep-model); other workloads: the matmuls'")
     tails = dict(link.in_phase_tail)
     for key, ratio in link.in_phase:
         model, image_size, batch = key[:3]

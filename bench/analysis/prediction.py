@@ -180,20 +180,24 @@ class Link:
         probe's rank count to ``nodes`` as the expected maximum of that many normal draws
         grows (0.56 of a standard deviation for 2, 1.03 for 4).
 
-        Where the sweep also ran ``workload``'s own steps in lockstep, its waits are the
-        matmuls' scaled by how much more (or less) that workload's step waited than matmuls
-        of the same length: a network's pace between hosts need not be a matmul's (an
-        experiment saw the demo's resnet18 wait 25 ms a step where matmuls of that length
-        waited 9-10; the probe itself later read 7-8 ms there, near the matmuls')."""
+        Where the sweep also ran ``workload``'s own steps in lockstep, its wait is that
+        workload's, in proportion to the stretch: a network's pace between hosts need not
+        be a matmul's (an experiment saw the demo's resnet18 wait 25 ms a step where
+        matmuls of that length waited 9-10), and the slowest rank's lead grows with the
+        compute since the sync before, so a step cut into several stretches waits as long
+        in all as one. The matmuls' curve does not shape it: on two hosts of one CPU its
+        short stretches' waits are noise (2.8 ms after 42 ms, 0.8 after 171 in one sweep),
+        and scaled by the workload's ratio to it they charged resnet18 at batch 32 with
+        PowerSGD, three serialized hand-overs a step, 37 ms of waits where the whole end
+        of backward grew by 27 (results/reference/accuracy-grid-18/README.md)."""
         if nodes < 2 or compute_s <= 0 or not self.lockstep_ranks:
             return 0.0
-        wait = self._matmul_wait_s(compute_s)
         probe = next(((c, w) for key, c, w in self.workload_lockstep if key == workload), None)
-        if probe is not None:
+        if probe is None:
+            wait = self._matmul_wait_s(compute_s)
+        else:
             probe_compute, probe_wait = probe
-            at_probe = self._matmul_wait_s(probe_compute)
-            wait = wait * probe_wait / at_probe if at_probe > _TINY_S and wait > 0 else \
-                probe_wait * compute_s / probe_compute
+            wait = probe_wait * compute_s / probe_compute
         return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
 
     def _matmul_wait_s(self, compute_s: float) -> float:
