@@ -49,9 +49,8 @@ POWERSGD = ("with PowerSGD, the whole grid in rounds on emulated hosts of one CP
             "one, read back at this model (results/reference/accuracy-grid-18/read-back/"
             "part-15, accuracy-grid-18/read-back/part-16, accuracy-grid-18/read-back/part-17 "
             "and accuracy-grid-18/read-back/part-18, 2026-11-29) measured / predicted read "
-            "0.89-1.07, outside "
-            "0.90-1.10 in 1 of 9 cells, 7 of 9 below 1: a run may measure up to 11% fewer "
-            "samples/s than predicted (results/reference/powersgd-wake/)")
+            "0.89-1.07, outside 0.90-1.10 in 1 of 9 cells, 7 of 9 below 1: a run may measure "
+            "up to 11% fewer samples/s than predicted (results/reference/powersgd-wake/)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
