@@ -158,8 +158,11 @@ def launch(args: list[str], results: Path, *, nproc: int = 1, timeout: float = 3
     """Run the trainer (or another ``module``) as a user would: torchrun -m bench.rank.train ..."""
     base = [sys.executable, "-m"]
     if torchrun:
+        # --log-dir in the test's directory: torchrun's default, a torchelastic_* directory
+        # in /tmp, is never removed.
         base += ["torch.distributed.run", "--nproc_per_node", str(nproc),
-                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m"]
+                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                 "--log-dir", str(results.parent / "torchelastic"), "-m"]
     cmd = base + [module, "--results", str(results), *args]
     # GLOO_SOCKET_IFNAME=lo: test traffic stays on loopback whatever the hostname resolves to.
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",

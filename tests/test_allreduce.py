@@ -125,8 +125,9 @@ def test_a_corrupted_result_fails_the_command(tmp_path):
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
-         "--max-size", "4KiB", "--iters", "2", "--warmup-iters", "0",
+         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+         "--log-dir", str(tmp_path / "torchelastic"), str(script), "--max-size", "4KiB",
+         "--iters", "2", "--warmup-iters", "0",
          "--results", str(results)], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=120)
     assert proc.returncode != 0

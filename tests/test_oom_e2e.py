@@ -88,8 +88,9 @@ def test_a_rank_that_fails_mid_collective_ends_the_job_with_its_own_cause(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo",
            "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
-            "--device", "cpu", "--model", "mlp", "--mlp-width", "512", "--mlp-depth", "8",
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+            "--log-dir", str(tmp_path / "torchelastic"), str(script), "--device", "cpu",
+            "--model", "mlp", "--mlp-width", "512", "--mlp-depth", "8",
             "--bucket-cap-mb", "1", "--steps", "3", "--warmup-steps", "1",
             "--comm-probe-steps", "0", "--timeout", "300", "--results", str(results)]
     job = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
