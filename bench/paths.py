@@ -17,7 +17,9 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.options import ConfigError
@@ -60,6 +62,23 @@ def remove_tree_inside(path: Path, parent: Path, setting: str) -> None:
         raise ConfigError(setting, path.name or str(path),
                           _not_inside(path, resolved, resolved_parent))
     shutil.rmtree(resolved)   # proven just above: resolved, strictly inside the parent
+
+
+@contextlib.contextmanager
+def temporary_tree(prefix: str, what: str) -> Iterator[Path]:
+    """A new directory in the temp dir, removed on leaving however the block ends (short of
+    SIGKILL), through ``remove_tree_inside``. A removal that fails is a warning on stderr
+    naming ``what``, never the block's error: the work's outcome matters more than its
+    litter."""
+    parent = Path(tempfile.gettempdir())
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        try:
+            remove_tree_inside(path, parent, "TMPDIR")
+        except (OSError, ConfigError) as error:
+            print(f"warning: could not remove {what} {path} ({error})", file=sys.stderr)
 
 
 def check_writable_file(path: Path, setting: str) -> None:

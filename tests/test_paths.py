@@ -6,7 +6,7 @@ import pytest
 
 from bench.host.dataset import _remove
 from bench.options import ConfigError
-from bench.paths import remove_tree_inside
+from bench.paths import remove_tree_inside, temporary_tree
 
 
 def test_a_directory_inside_its_parent_is_removed(tmp_path):
@@ -65,3 +65,30 @@ def test_a_results_file_that_is_a_link_is_refused_before_anything_is_written(tmp
     (tmp_path / "runs.jsonl").symlink_to(target)
     with pytest.raises(ConfigError, match="--results=.*is a symbolic link"):
         check_writable_file(tmp_path / "runs.jsonl", "--results")
+
+
+def test_a_temporary_tree_is_removed_however_its_block_ends(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)   # read TMPDIR again
+    with temporary_tree("bench-t-", "the test's directory") as path:
+        (path / "sub").mkdir()
+        (path / "sub" / "file").write_text("x")
+    with pytest.raises(RuntimeError), temporary_tree("bench-t-", "the test's directory"):
+        raise RuntimeError("the block's own error goes out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temporary_tree_turned_into_a_link_out_is_left_with_a_warning(tmp_path, monkeypatch,
+                                                                       capsys):
+    temp, outside = tmp_path / "tmp", tmp_path / "outside"
+    temp.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with temporary_tree("bench-t-", "the test's directory") as path:
+        path.rmdir()
+        path.symlink_to(outside)
+    assert (outside / "keep").read_text() == "x"
+    err = capsys.readouterr().err
+    assert "could not remove the test's directory" in err and "not inside" in err

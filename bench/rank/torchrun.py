@@ -25,14 +25,10 @@ wins (it comes later on the line), and then that directory is the user's to keep
 """
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import socket
 import sys
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from torch.distributed import TCPStore
@@ -40,8 +36,7 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
 from bench import provenance
-from bench.options import ConfigError
-from bench.paths import remove_tree_inside
+from bench.paths import temporary_tree
 from bench.rank import exiting
 
 
@@ -63,19 +58,6 @@ def store_bound_to(address: str):
     return make
 
 
-@contextlib.contextmanager
-def agent_log_dir() -> Iterator[Path]:
-    """A directory for torchelastic's per-run files, in the temp dir, removed on leaving."""
-    parent = Path(tempfile.gettempdir())
-    path = Path(tempfile.mkdtemp(prefix="torchelastic_", dir=parent))
-    try:
-        yield path
-    finally:
-        # The job's outcome matters more than its litter: a failure to remove is not one.
-        with contextlib.suppress(OSError, ConfigError):
-            remove_tree_inside(path, parent, "TMPDIR")
-
-
 def main(argv: list[str] | None = None) -> None:
     # Our flag comes first, and only there: torchrun's own flags and the workload's follow
     # untouched (no parser of ours could take a workload flag for its own).
@@ -89,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         args = args[2:]
     # What torchrun adds is not the user's setting: the ranks' comm_env leaves it out.
     provenance.mark_torchrun_defaults(os.environ)
-    with agent_log_dir() as log_dir:
+    with temporary_tree("torchelastic_", "torchrun's log directory") as log_dir:
         # First on the line, so that a --log-dir among torchrun's flags overrides it.
         torchrun.main(["--log-dir", str(log_dir), *args])
     # Every rank ended well and the agents met at their exit barrier: the job is over, and

@@ -5,9 +5,7 @@ import contextlib
 import dataclasses
 import getpass
 import os
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from bench.host import contract, gpus
@@ -16,8 +14,7 @@ from bench.host.contract import NodeSpec
 from bench.host.launchers.base import JobSpec, on_shared_gpus, render_commands
 from bench.host.launchers.flags import derived
 from bench.host.launchers.nodes import JobOutcome, NodeCommand, run_nodes
-from bench.options import ConfigError
-from bench.paths import remove_tree_inside
+from bench.paths import temporary_tree
 from bench.topology import Topology
 
 LOOPBACK = "127.0.0.1"
@@ -42,21 +39,11 @@ def device_env(node: NodeSpec) -> dict[str, str] | None:
             "BENCH_GPUS": node.devices}
 
 
-@contextlib.contextmanager
-def job_temp_dir() -> Iterator[Path]:
+def job_temp_dir() -> contextlib.AbstractContextManager[Path]:
     """A temporary directory for one job's processes on this host, removed after the job:
-    torchrun leaves a torchelastic_* directory in the temp dir on every run, and libraries
-    their files; through TMPDIR (``in_temp_dir``) they all land here instead."""
-    parent = Path(tempfile.gettempdir())
-    path = Path(tempfile.mkdtemp(prefix="bench-job-", dir=parent))
-    try:
-        yield path
-    finally:
-        try:
-            remove_tree_inside(path, parent, "TMPDIR")
-        except (OSError, ConfigError) as error:  # the job's row matters more than its litter
-            print(f"warning: could not remove the job's temporary directory {path} "
-                  f"({error})", file=sys.stderr)
+    libraries leave their files in the temp dir; through TMPDIR (``in_temp_dir``) they all
+    land here instead."""
+    return temporary_tree("bench-job-", "the job's temporary directory")
 
 
 def in_temp_dir(commands: list[NodeCommand], path: Path) -> list[NodeCommand]:
