@@ -250,6 +250,12 @@ def test_a_sweep_beside_compute_and_in_lockstep_records_what_compute_meets(tmp_p
         beside = row["beside_compute"]
         # At most every thread's whole time lost (the launcher gives each rank 1 thread).
         assert beside["time_s"] > 0 and 0 <= beside["compute_lost_s"] <= beside["time_s"]
+        # Each of the five calls timed, the slowest rank's: the top decile of five is at
+        # least their mean, and no call took longer than a rank's five together.
+        cuts = beside["time_deciles_s"]
+        assert len(cuts) == 9 and cuts == sorted(cuts)
+        assert 0 < cuts[0] and beside["time_s"] <= cuts[-1] * (1 + 1e-9)
+        assert cuts[-1] <= 5 * beside["time_s"] * (1 + 1e-9)
     # Two ranks on this machine's CPUs, each with a compute thread: gloo's work takes some.
     assert sum(row["beside_compute"]["compute_lost_s"] for row in rec["sizes"]) > 0
     # Without the flag the rows have none, as before.

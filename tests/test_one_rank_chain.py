@@ -74,3 +74,12 @@ def test_a_one_process_powersgd_run_sees_the_chain_after_the_hand_over(tmp_path)
     assert timeline["serialized"] is True and len(timeline["issued_s"]) > 1
     assert all(done > issued for issued, done
                in zip(timeline["issued_s"], timeline["done_s"], strict=True))
+    # And how its steps spread, bucket by bucket: the race's inputs (bench.analysis.race).
+    buckets = len(timeline["ready_s"])
+    assert timeline["steps"] >= 2
+    for spread in ("stretch_deciles_s", "chain_deciles_s"):
+        assert len(timeline[spread]) == buckets
+        for cuts in timeline[spread]:
+            assert len(cuts) == 9 and cuts == sorted(cuts) and cuts[0] >= 0
+    # The chain after the hand-over took time in every step: its deciles are all above 0.
+    assert all(cuts[0] > 0 for cuts in timeline["chain_deciles_s"])

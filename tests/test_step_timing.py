@@ -265,3 +265,61 @@ def test_the_probe_warms_its_new_wrapper_up_before_it_observes(device, hook, pow
     from bench.rank.train import probe_warmup_steps
 
     assert probe_warmup_steps(device, hook, powersgd_warmup) == expected
+
+
+def test_the_timeline_keeps_each_buckets_spread_over_the_steps():
+    """The race at a serialized hand-over is read from how backward's stretch to a bucket
+    and the previous bucket's chain vary from step to step, not from their medians."""
+    class SetClock(StepClock):
+        def __init__(self) -> None:
+            super().__init__(torch.device("cpu"))
+            self.now = 0.0
+
+        def mark(self) -> float:
+            return self.now
+
+    clock = SetClock()
+    traffic = traffic_module.GradientTraffic(clock)
+
+    def at(seconds: float, then) -> None:
+        clock.now = seconds
+        then()
+
+    for k in range(11):                      # steps 0..10; bucket 1's stretch 2+k ms
+        start = 100.0 * k
+        at(start, lambda: traffic.begin_step(clock.mark()))
+        at(start + 0.010, lambda: traffic.bucket_ready(100))
+        at(start + 0.011, traffic.bucket_issued)
+        ready_1 = start + 0.011 + 0.002 + k * 0.001
+        at(ready_1, lambda: traffic.bucket_ready(100))
+        at(start + 0.011 + 0.0003 * k, traffic.bucket_done)  # bucket 0's chain: 0.3k ms
+        at(ready_1 + 0.001, traffic.bucket_issued)
+        at(ready_1 + 0.001 + 0.004, traffic.bucket_done)     # bucket 1's chain: 4 ms
+        at(start + 0.050, lambda: traffic.end_step(clock.mark()))
+    timeline = traffic.timeline()
+    first, second = timeline["stretch_deciles_s"]
+    assert first == pytest.approx([0.010] * 9)
+    assert second == pytest.approx([0.002 + 0.001 * d for d in range(1, 10)])
+    chain_0, chain_1 = timeline["chain_deciles_s"]
+    assert chain_0 == pytest.approx([0.0003 * d for d in range(1, 10)])
+    assert chain_1 == pytest.approx([0.004] * 9)
+
+
+def test_a_timeline_of_one_step_has_no_spread_and_one_without_hand_overs_no_chains():
+    class TickClock(StepClock):
+        def __init__(self) -> None:
+            super().__init__(torch.device("cpu"))
+            self.tick = 0.0
+
+        def mark(self) -> float:
+            self.tick += 1
+            return self.tick
+
+    clock = TickClock()
+    traffic = traffic_module.GradientTraffic(clock)
+    traffic.begin_step(clock.mark())
+    traffic.bucket_ready(100)
+    traffic.end_step(clock.mark())
+    timeline = traffic.timeline()
+    assert timeline["stretch_deciles_s"] == [None]
+    assert timeline["chain_deciles_s"] is None

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from bench.config import ModelConfig
 from bench.rank import distributed
 from bench.rank.models import build_model, input_shape
+from bench.spread import deciles
 
 # The compute beside the all-reduces: matmuls on the rank's torch threads, as backward's
 # kernels are. 512 x 512 in float32: three 1 MiB matrices, past a core's L2 cache as
@@ -100,15 +101,21 @@ def beside_compute(ctx: distributed.DistContext, iters: int,
     same CPUs, and the kernel moves the bytes: everything the process-time figure
     (``cpu_time_s``) leaves out, such as network work in interrupt context, and the
     scheduler's choice of who runs, counted as the work the compute did not do. The
-    compute's rate alone is taken before and after, around the all-reduces beside it."""
+    compute's rate alone is taken before and after, around the all-reduces beside it.
+
+    Each call is timed too: its deciles (``time_deciles_s``, each call's slowest rank) are
+    how the calls spread. Beside compute they are heavy-tailed (a rank now and then waits
+    for its CPU), and a chain of them racing backward's compute costs by that spread."""
     with BusyCompute() as busy:
         time.sleep(ALONE_S)            # the thread starts and warms up
         before = time.perf_counter()
         time.sleep(ALONE_S)
+        calls = []
         start = time.perf_counter()
         for _ in range(iters):
             collective()
-        end = time.perf_counter()
+            calls.append(time.perf_counter())
+        end = calls[-1] if calls else start
         time.sleep(ALONE_S)
         after = time.perf_counter()
     lost = compute_lost_s(busy.done_between(before, start) + busy.done_between(end, after),
@@ -116,8 +123,11 @@ def beside_compute(ctx: distributed.DistContext, iters: int,
                           end - start, torch.get_num_threads()) / iters
     seconds = distributed.max_across_ranks(ctx, (end - start) / iters)
     lost = distributed.sum_across_ranks(ctx, [lost])[0] / ctx.world_size
+    each = distributed.max_each_across_ranks(
+        ctx, [done - began for began, done in zip([start, *calls], calls, strict=False)])
     # The schema reads a positive figure under a nanosecond as garbage: that is none.
-    return {"time_s": seconds, "compute_lost_s": lost if lost >= 1e-9 else 0.0}
+    return {"time_s": seconds, "compute_lost_s": lost if lost >= 1e-9 else 0.0,
+            "time_deciles_s": deciles(each)}
 
 
 # The stretches of compute between syncs the lockstep probe times (seconds), and how many

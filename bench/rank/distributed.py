@@ -151,11 +151,16 @@ def all_gather_objects(ctx: DistContext, obj: object) -> list:
 
 def max_across_ranks(ctx: DistContext, value: float) -> float:
     """The largest ``value`` over all ranks: the slowest rank sets the job's pace."""
+    return max_each_across_ranks(ctx, [value])[0]
+
+
+def max_each_across_ranks(ctx: DistContext, values: list[float]) -> list[float]:
+    """Each of ``values``, the largest over all ranks (the ranks pass as many)."""
     if not ctx.is_distributed:
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device(ctx))
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device(ctx))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return float(tensor.item())
+    return tensor.tolist()
 
 
 def sum_across_ranks(ctx: DistContext, values: list[float]) -> list[float]:

@@ -19,6 +19,7 @@ from bench.config import DistributedConfig
 from bench.rank import breakdown
 from bench.rank.clock import Mark, StepClock
 from bench.rank.distributed import DistContext
+from bench.spread import deciles
 
 
 class GradientTraffic:
@@ -118,6 +119,11 @@ class GradientTraffic:
                 # Their mean: what a timed window measures (samples over seconds), slow
                 # steps and all; the predictor draws the median step's timeline out to it.
                 "mean_step_s": statistics.fmean(s["duration"] for s in steps),
+                # How the steps spread around those medians, bucket by bucket: what a
+                # serialized hand-over's race (backward going on at the later of its reaching
+                # the bucket and the previous chain's end) is read from over N nodes.
+                "stretch_deciles_s": _stretch_deciles(steps, usual),
+                "chain_deciles_s": _chain_deciles(steps, usual),
                 "steps": len(steps),
                 "stamped_by": self.clock.stamped_by}
 
@@ -135,6 +141,28 @@ class GradientTraffic:
                 "issued": [since(m) for m in step["issued"]],
                 "done": sorted(since(m) for m in step["done"]),
                 "sent": step["sent"], "duration": since(step["end"])}
+
+
+def _stretch_deciles(steps: list[dict], buckets: int) -> list[list[float] | None]:
+    """Per bucket, the deciles over steps of backward's compute before it reached the
+    bucket: from the previous bucket's hand-over (its hook returned; where a step has no
+    hand-over per bucket, its ready), and for the first bucket from the step's start."""
+    def stretches(step: dict) -> list[float]:
+        ready = [t for t, _ in step["ready"]]
+        handed = step["issued"] if len(step["issued"]) == buckets else ready
+        return [max(0.0, ready[i] - (handed[i - 1] if i else 0.0)) for i in range(buckets)]
+    per_step = [stretches(s) for s in steps]
+    return [deciles([one[i] for one in per_step]) for i in range(buckets)]
+
+
+def _chain_deciles(steps: list[dict], buckets: int) -> list[list[float] | None] | None:
+    """Per bucket, the deciles over steps of its hand-over to its end (done less issued:
+    the hook's collectives and the work chained to them), where every step has both per
+    bucket; None where not."""
+    if not all(len(s["issued"]) == len(s["done"]) == buckets for s in steps):
+        return None
+    return [deciles([max(0.0, s["done"][i] - s["issued"][i]) for s in steps])
+            for i in range(buckets)]
 
 
 class _CountingCollectives:
