@@ -58,6 +58,17 @@ that first hand-over 7-42 ms later than their one-node probe (2-33 ms without a 
 cost before backward's first bucket that the double charge had offset and that is not
 modelled (results/reference/powersgd-double-charge/).
 
+The race at a serialized hand-over: backward's thread goes on at the later of its reaching
+a bucket and the previous bucket's chain ending, two times that vary from step to step, so
+a step waits the mean of the later one, more than the later of the two typical times the
+timeline holds (0.1-2.8 ms a hand-over on two emulated hosts of one CPU,
+results/reference/powersgd-wake/). Where both spreads were measured (the one-node run's
+``stretch_deciles_s``, the sweep's ``time_deciles_s`` beside compute), each hand-over is
+charged that difference, the chain taken as its calls each drawn from the sweep's calls of
+their size, independently, and backward's stretch from the one-node steps'
+(``bench.analysis.race``, ``Timeline.race_losses``). Records from before 2026-11-30 have neither
+spread: nothing is charged for them.
+
 The workload's own pace: with ``--lockstep-model`` the sweep also runs the job's own steps
 in lockstep, and that workload's syncs wait what its own steps waited, in proportion to
 the compute since the sync before (``Link.sync_wait_s``). An experiment had seen the demo's

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable
 
 from bench.allreduce_config import bus_factor
+from bench.analysis import race
 from bench.analysis.table import precision_of
 from bench.units import format_rate
 
@@ -71,6 +72,10 @@ class Link:
     # figure where measured, else the steps'. The comm hook's synchronous part, which streams
     # each gradient after a sync as the optimizer does, takes it too (``Timeline.stretched``).
     in_phase_tail: tuple[tuple[tuple, float], ...] = ()
+    # Per message size measured (ascending): the deciles of one call's time beside compute
+    # (the sweep's ``time_deciles_s``), how a chain of such calls varies. Empty where the
+    # sweep did not time its calls one by one.
+    call_deciles: tuple[tuple[float, tuple[float, ...]], ...] = ()
 
     @classmethod
     def nominal(cls, rate_bps: int, latency_s: float = 0.0) -> Link:
@@ -91,8 +96,12 @@ class Link:
                        "busbw_GBps": factor * size["size_bytes"] / row["time_s"] / 1e9}
                       for size, row in zip(rec["sizes"], rows, strict=True)]
             measured = cls._from_sizes(rec, beside)
+            spreads = tuple((size["size_bytes"], tuple(row["time_deciles_s"]))
+                            for size, row in zip(rec["sizes"], rows, strict=True)
+                            if size["size_bytes"] > 0 and row.get("time_deciles_s"))
             link = dataclasses.replace(link, beside=dataclasses.replace(
-                measured, source=f"{measured.source}, beside compute"))
+                measured, source=f"{measured.source}, beside compute",
+                call_deciles=tuple(sorted(spreads))))
         steps = rec.get("lockstep") or ()
         if steps and rec["world_size"] > 1:
             link = dataclasses.replace(
@@ -199,6 +208,15 @@ class Link:
             probe_compute, probe_wait = probe
             wait = probe_wait * compute_s / probe_compute
         return wait * expected_max_normal(nodes) / expected_max_normal(self.lockstep_ranks)
+
+    def call_draws(self, size_bytes: float) -> tuple[float, ...]:
+        """How one call of ``size_bytes`` varies around its mean (``race.offsets``): the
+        measured size nearest it (by ratio)'s deciles; () where none were measured."""
+        if not self.call_deciles or size_bytes <= 0:
+            return ()
+        _, cuts = min(self.call_deciles,
+                      key=lambda row: abs(math.log(row[0] / size_bytes)))
+        return race.offsets(cuts)
 
     def _matmul_wait_s(self, compute_s: float) -> float:
         """The matmul lockstep probe's wait after ``compute_s`` on its own ranks (0 without
@@ -400,6 +418,10 @@ class Timeline:
     # The network, batch and precision it was measured on (``workload_of``): which
     # lockstep probe of the job's own steps, if the sweep ran one, speaks for its syncs.
     workload: tuple | None = None
+    # Per bucket, the deciles over the one-node steps of backward's compute from the
+    # previous hand-over to it (the record's ``stretch_deciles_s``), at this timeline's
+    # pace; () where not recorded, a bucket's None where too few steps had it.
+    stretch_deciles: tuple[tuple[float, ...] | None, ...] = ()
 
     @classmethod
     def of(cls, rec: dict) -> Timeline:
@@ -423,10 +445,13 @@ class Timeline:
         else:
             issued, step_s = None, timeline["step_s"]
         share = ((rec.get("env") or {}).get("link") or {}).get("cpu_share") or 1.0
+        spread = timeline.get("stretch_deciles_s") or ()
+        spread = tuple(tuple(cuts) if cuts else None for cuts in spread) \
+            if len(spread) == buckets else ()
         return cls(ready, tuple(timeline["sent_bytes"]), step_s, calls, cpus,
                    issued, hook_s, done_last, bool(timeline.get("serialized")),
                    min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()),
-                   workload_of(rec))
+                   workload_of(rec), spread)
 
     @property
     def handover_s(self) -> tuple[float, ...]:
@@ -517,7 +542,8 @@ class Timeline:
             # The one rank's last bucket, done after its hand-over: its chain's work.
             done_last = (issued or ready)[-1] + (self.done_last_s - self.handover_s[-1]) * factor
         stretched = dataclasses.replace(self, ready_s=ready, issued_s=issued,
-                                        hook_s=scaled(self.hook_s, factor), done_last_s=done_last)
+                                        hook_s=scaled(self.hook_s, factor), done_last_s=done_last,
+                                        stretch_deciles=self._spread_times(factor))
         return dataclasses.replace(
             stretched, step_s=max(stretched.backward_end_s, done_last or 0.0)
             + self.tail_s * tail)
@@ -532,7 +558,39 @@ class Timeline:
         done_last = end + (self.done_last_s - self.backward_end_s) \
             if self.done_last_s is not None else None
         return dataclasses.replace(self, ready_s=ready, issued_s=issued, done_last_s=done_last,
-                                   step_s=max(end, done_last or 0.0) + tail)
+                                   step_s=max(end, done_last or 0.0) + tail,
+                                   stretch_deciles=self._spread_times(factor))
+
+    def _spread_times(self, factor: float) -> tuple[tuple[float, ...] | None, ...]:
+        """The stretches' deciles with backward's compute ``factor`` times as long."""
+        return tuple(cuts and tuple(c * factor for c in cuts) for cuts in self.stretch_deciles)
+
+    def race_losses(self, link: Link, events: list[tuple[str, int, float]]
+                    ) -> tuple[float, ...]:
+        """What backward loses at each bucket's serialized hand-over of a simulated step
+        (``events``, ``_simulate``'s trace) to the race between its reaching the bucket
+        and the previous bucket's chain ending (``bench.analysis.race``): () where the hook
+        is not serialized.
+
+        The chain's calls each vary as the sweep's calls of their size did beside compute
+        (its ``time_deciles_s``); backward's stretch as the one-node steps' did (the
+        record's ``stretch_deciles_s``). A spread not measured (records from before
+        2026-11-30) counts as none, and with neither nothing is charged. Each hand-over's
+        loss moves what follows it, so the losses add."""
+        if not self.serialized:
+            return ()
+        reached = {bucket: t for what, bucket, t in events if what == "ready"}
+        done = {bucket: t for what, bucket, t in events if what == "done"}
+        stretches = self.stretch_deciles or (None,) * len(self.ready_s)
+        calls = max(1, round(self.calls_per_bucket))
+        losses = [0.0]
+        for bucket in range(1, len(self.ready_s)):
+            chain = race.sum_of_draws(link.beside.call_draws(
+                self.sent_bytes[bucket - 1] / calls), calls) if link.beside else ()
+            losses.append(race.expected_race_s(
+                reached[bucket], done[bucket - 1], race.offsets(stretches[bucket]), chain)
+                if bucket in reached and bucket - 1 in done else 0.0)
+        return tuple(losses)
 
 
 def _drawn_to_mean(timeline: dict) -> dict:
@@ -626,6 +684,8 @@ class Prediction:
     # ended, in the gradient sync (the waits at a serialized bucket fall inside backward,
     # the one at the buffer broadcast before forward). A rank's parts show it there.
     skew_after_backward_s: float = 0.0
+    # Of stolen_s, the race at the serialized hand-overs (``Timeline.race_losses``).
+    race_s: float = 0.0
 
     @property
     def hidden_share(self) -> float:
@@ -665,8 +725,17 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
         # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
         phases.append((Phase(wire, cpu, measured),
                        Phase(0.0, hook) if on_cpu else Phase(hook, 0.0)))
-    events: list[tuple[str, int, float]] | None = [] if trace is not None else None
+    events: list[tuple[str, int, float]] = []
     compute_end, comm_end, comm = _simulate(timeline, phases, events)
+    # The race at each serialized hand-over ends backward later, and its last sync with it;
+    # each bucket's events after backward goes on at it move by the losses up to there.
+    losses = timeline.race_losses(link, events) if on_cpu else ()
+    raced = sum(losses)
+    if losses:
+        before = [0.0, *itertools.accumulate(losses)]
+        events = [(what, bucket, seconds + before[bucket + (what != "ready")])
+                  for what, bucket, seconds in events]
+    compute_end, comm_end = compute_end + raced, comm_end + raced
     exposed = max(0.0, comm_end - compute_end)
     # The forward pass waits for each buffer broadcast, over the link, before it starts;
     # on one node it had no peer (its local copy is inside the timeline already).
@@ -678,7 +747,8 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
                      for what, bucket, seconds in events)
     return Prediction(nodes, buffers + late_to_broadcast + max(compute_end, comm_end)
                       + timeline.tail_s, comm, exposed, compute_end - timeline.backward_end_s,
-                      buffers, late + late_to_broadcast, at_syncs[-1] if at_syncs else 0.0)
+                      buffers, late + late_to_broadcast, at_syncs[-1] if at_syncs else 0.0,
+                      raced)
 
 
 _EPS = 1e-12
