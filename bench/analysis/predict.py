@@ -132,7 +132,8 @@ part eight); and with PowerSGD a bucket's chain takes longer on two nodes than c
 holds backward at the second (part eight); on an AMD EPYC VM, where PowerSGD read 0.80-1.01
 in rounds, its two-node step, timed step by step, lost the time at each later hand-over
 (backward racing the previous bucket's chain: 0.8-3.2 ms a step, which a timeline of
-typical times does not hold), in the step's first collective (4.9-7.0 ms, about 3.3
+typical times does not hold; charged since, from the spreads, above), in the step's first
+collective (4.9-7.0 ms, about 3.3
 charged) and in the chains, while the hook's synchronous part grew only 1.00-1.22 times
 (results/reference/powersgd-wake/; ``envelope.POWERSGD`` says so beside such a
 prediction). On 2-4
