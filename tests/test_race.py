@@ -26,11 +26,19 @@ def test_a_chain_of_calls_adds_one_draw_per_call():
     assert race.sum_of_draws((-1.0, 1.0), 1) == (-1.0, 1.0)
     assert race.sum_of_draws((-1.0, 1.0), 2) == (-2.0, 0.0, 0.0, 2.0)
     assert race.sum_of_draws((), 3) == () and race.sum_of_draws((1.0,), 0) == ()
-    # Nine deciles over three calls: 729 sums, kept whole; a fourth call is thinned to as many.
+    # Nine deciles over two calls: 81 sums, kept whole; a third call is thinned to as many.
     nine = race.offsets([float(k) for k in range(9)])
-    assert len(race.sum_of_draws(nine, 3)) == 729
-    four = race.sum_of_draws(nine, 4)
-    assert len(four) == 729 and statistics.fmean(four) == pytest.approx(0.0, abs=0.05)
+    assert len(race.sum_of_draws(nine, 2)) == 81
+    three = race.sum_of_draws(nine, 3)
+    assert len(three) == 81 and statistics.fmean(three) == pytest.approx(0.0, abs=0.05)
+
+
+def test_a_chain_of_very_many_calls_is_widened_not_summed_call_by_call():
+    nine = race.offsets([float(k) for k in range(9)])
+    eight = race.sum_of_draws(nine, 8)
+    many = race.sum_of_draws(nine, 2_000_000)     # what a hostile record might claim
+    assert len(many) == len(eight)
+    assert many == pytest.approx(tuple(s * 500 for s in eight))    # sqrt(2e6 / 8) = 500
 
 
 def test_two_times_apart_do_not_race_and_two_together_pay_half_the_spread():
