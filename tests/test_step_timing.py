@@ -98,17 +98,20 @@ def test_the_timeline_is_resolved_from_marks_when_read():
     assert timeline["mean_step_s"] == 7.0
 
 
+class TickClock(StepClock):
+    """A CPU clock whose marks are ticks of a counter: a timeline from them is exact."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"))
+        self.tick = 0.0
+
+    def mark(self) -> float:
+        self.tick += 1
+        return float(self.tick)
+
+
 def test_the_timeline_keeps_the_mean_step_beside_the_median():
     """A timed window measures the mean step, slow ones and all; the median is a typical one."""
-    class TickClock(StepClock):
-        def __init__(self) -> None:
-            super().__init__(torch.device("cpu"))
-            self.tick = 0.0
-
-        def mark(self) -> float:
-            self.tick += 1
-            return float(self.tick)
-
     clock = TickClock()
     traffic = traffic_module.GradientTraffic(clock)
     for slow in (0, 0, 0, 8):
@@ -306,15 +309,6 @@ def test_the_timeline_keeps_each_buckets_spread_over_the_steps():
 
 
 def test_a_timeline_of_one_step_has_no_spread_and_one_without_hand_overs_no_chains():
-    class TickClock(StepClock):
-        def __init__(self) -> None:
-            super().__init__(torch.device("cpu"))
-            self.tick = 0.0
-
-        def mark(self) -> float:
-            self.tick += 1
-            return self.tick
-
     clock = TickClock()
     traffic = traffic_module.GradientTraffic(clock)
     traffic.begin_step(clock.mark())
