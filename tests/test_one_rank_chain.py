@@ -83,3 +83,6 @@ def test_a_one_process_powersgd_run_sees_the_chain_after_the_hand_over(tmp_path)
             assert len(cuts) == 9 and cuts == sorted(cuts) and cuts[0] >= 0
     # The chain after the hand-over took time in every step: its deciles are all above 0.
     assert all(cuts[0] > 0 for cuts in timeline["chain_deciles_s"])
+    # Gloo's worker threads, which the prediction lets sync as many buckets at once:
+    # torch's default, as the job set none.
+    assert timeline["collective_threads"] == 2

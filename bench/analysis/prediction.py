@@ -422,6 +422,12 @@ class Timeline:
     # previous hand-over to it (the record's ``stretch_deciles_s``), at this timeline's
     # pace; () where not recorded, a bucket's None where too few steps had it.
     stretch_deciles: tuple[tuple[float, ...] | None, ...] = ()
+    # How many buckets sync at once. On CPU, gloo runs each collective on one of its worker
+    # threads, so a bucket's all-reduce starts at its hand-over while the one before is
+    # still under way (the record's ``collective_threads``; torch's default where the
+    # record does not say). A serialized hook waits for the bucket before itself, and on
+    # GPUs NCCL runs them in order on one stream: one at a time.
+    in_flight: int = 1
 
     @classmethod
     def of(cls, rec: dict) -> Timeline:
@@ -448,10 +454,13 @@ class Timeline:
         spread = timeline.get("stretch_deciles_s") or ()
         spread = tuple(tuple(cuts) if cuts else None for cuts in spread) \
             if len(spread) == buckets else ()
+        serialized = bool(timeline.get("serialized"))
+        in_flight = 1 if serialized or not on_cpu else \
+            timeline.get("collective_threads") or GLOO_WORKER_THREADS
         return cls(ready, tuple(timeline["sent_bytes"]), step_s, calls, cpus,
-                   issued, hook_s, done_last, bool(timeline.get("serialized")),
+                   issued, hook_s, done_last, serialized,
                    min(1.0, max(share, 1e-3)), tuple(timeline.get("broadcast_bytes") or ()),
-                   workload_of(rec), spread)
+                   workload_of(rec), spread, in_flight)
 
     @property
     def handover_s(self) -> tuple[float, ...]:
@@ -723,7 +732,8 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
                     calls * beside.allreduce_cpu_s(sent / calls, nodes)) if beside else None
         hook = timeline.hook_work(bucket)
         # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
-        phases.append((Phase(wire, cpu, measured),
+        filling = calls * bus_factor(nodes) * (sent / calls) / link.busbw_Bps
+        phases.append((Phase(wire, cpu, measured, filling),
                        Phase(0.0, hook) if on_cpu else Phase(hook, 0.0)))
     events: list[tuple[str, int, float]] = []
     compute_end, comm_end, comm = _simulate(timeline, phases, events)
@@ -752,6 +762,12 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
 
 
 _EPS = 1e-12
+# torch's ProcessGroupGloo runs collectives on this many worker threads unless told
+# otherwise (``ProcessGroupGloo::Options::threads``), each taking the next one queued: on
+# two emulated hosts, resnet18's last 15.9 MB bucket at 1 Gbit/s was done 34 ms after the
+# 28.9 MB one before it, where one after the other needs 141 ms
+# (results/reference/accuracy-grid-19/). Records from before the timeline kept it ran so.
+GLOO_WORKER_THREADS = 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -763,6 +779,9 @@ class Phase:
     wire_s: float
     cpu_s: float
     beside: tuple[float, float] | None = None
+    # Of ``wire_s``, the bytes' time at the link's bus bandwidth: how much of the link the
+    # phase fills while it runs, where collectives share it (``_shared``).
+    bytes_s: float = 0.0
 
 
 def _comm_pace(phase: Phase, cpus: int, beside_compute: bool) -> tuple[float, float]:
@@ -788,22 +807,37 @@ def _comm_pace(phase: Phase, cpus: int, beside_compute: bool) -> tuple[float, fl
     return takes, takes / cpu_s
 
 
+def _shared(paces: list[tuple[float, float]], bytes_s: list[float], cpus: int) -> float:
+    """How much of its own pace each of the collectives in flight gets, together: all of
+    it, unless their bytes together want more of the link than it carries (each phase's
+    ``bytes_s`` at its pace) or their CPU work more than the ``cpus`` there are. Calls
+    that mostly wait (latency, gloo's per-call work) overlap; calls that fill the link
+    share it, so two at once take as long as one after the other."""
+    if len(paces) < 2:
+        return 1.0
+    link = sum(min(1.0, b * pace) for (_, pace), b in zip(paces, bytes_s, strict=True)
+               if not math.isinf(pace))
+    cpu = sum(taken for taken, _ in paces)
+    return min(1.0, 1 / link if link > 1 else 1.0, cpus / cpu if cpu > cpus else 1.0)
+
+
 def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
               trace: list[tuple[str, int, float]] | None = None
               ) -> tuple[float, float, float]:
     """Backward and the buckets' sync side by side, event by event, until both are done.
 
     ``work`` is how far backward is, in seconds of the single-node run; bucket i is handed
-    over once ``work`` reaches its hand-over time and synced after the one before it,
-    phase by phase (``Phase``: its collectives, then its hook's work). While
-    a phase takes ``c`` CPUs of backward's ``k``, backward runs at ``(k - c) / k`` of its
-    single-node speed. Where the timeline is serialized, backward waits at bucket i's
-    ready time until bucket i-1 is done. Returns (when backward ends, when the last
-    bucket's sync ends, the buckets' sync time in all). ``trace``, where given, gets each
-    bucket's events in the order they happen, (what, bucket, seconds): "ready" (backward
-    reached it), "issued" (backward handed it over, its hook returned) and "done" (its sync
-    ended), so that a diagnosis can set the predicted timeline beside a measured one; and
-    "sending", when its collectives start (after the bucket before it is done).
+    over once ``work`` reaches its hand-over time and its sync starts as soon as fewer than
+    ``timeline.in_flight`` buckets are syncing (gloo runs each collective on one of its
+    worker threads), phase by phase (``Phase``: its collectives, then its hook's work).
+    While the phases in flight take ``c`` CPUs of backward's ``k``, backward runs at
+    ``(k - c) / k`` of its single-node speed. Where the timeline is serialized, backward
+    waits at bucket i's ready time until bucket i-1 is done. Returns (when backward ends,
+    when the last bucket's sync ends, the buckets' sync time in all). ``trace``, where
+    given, gets each bucket's events in the order they happen, (what, bucket, seconds):
+    "ready" (backward reached it), "issued" (backward handed it over, its hook returned)
+    and "done" (its sync ended), so that a diagnosis can set the predicted timeline beside
+    a measured one; and "sending", when its collectives start.
     """
     k = timeline.compute_cpus or 1
 
@@ -828,11 +862,11 @@ def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
     if trace is not None:
         reached, handed = passed(trace, reached, handed)
     next_bucket, done = 0, 0
-    sending, phase, progress, started = None, 0, 0.0, 0.0
+    syncing: list[_Sync] = []
     while True:
-        if sending is None and next_bucket < len(handover) \
+        while len(syncing) < timeline.in_flight and next_bucket < len(handover) \
                 and handover[next_bucket] <= work + _EPS:
-            sending, phase, progress, started = next_bucket, 0, 0.0, t
+            syncing.append(_Sync(next_bucket, t))
             if trace is not None:
                 trace.append(("sending", next_bucket, t))
             next_bucket += 1
@@ -840,35 +874,49 @@ def _simulate(timeline: Timeline, phases: list[tuple[Phase, ...]],
         barrier = ready[done + 1] if timeline.serialized and done + 1 < len(ready) \
             else math.inf
         running = computing and work < barrier - _EPS
-        if sending is None and not running:
-            if compute_end is not None:  # backward is done, and nothing is sending
+        if not syncing and not running:
+            if compute_end is not None:  # backward is done, and nothing is syncing
                 return compute_end, comm_end, comm_total
             barrier, running = math.inf, True   # nothing left to wait for
-        taken, pace = (_comm_pace(phases[sending][phase], k, running)
-                       if sending is not None else (0.0, 0.0))
+        now = [phases[sync.bucket][sync.phase] for sync in syncing]
+        paces = [_comm_pace(phase, k, running) for phase in now]
+        share = _shared(paces, [phase.bytes_s for phase in now], k)
+        taken = share * sum(cpus for cpus, _ in paces)
         compute_pace = (k - taken) / k if running else 0.0
         # Advance to the next event: a phase done, or backward at its next point.
-        dt = (1 - progress) / pace if pace and not math.isinf(pace) else \
-            0.0 if pace else math.inf
+        dt = min(((1 - sync.progress) / (pace * share) if not math.isinf(pace) else 0.0
+                  for sync, (_, pace) in zip(syncing, paces, strict=True) if pace > 0),
+                 default=math.inf)
         if running:
             target = min(next((r for r in points if r > work + _EPS), end_work), barrier)
             dt = min(dt, (target - work) / compute_pace) if compute_pace > 0 else dt
         t, work = t + dt, work + compute_pace * dt
         if trace is not None:
             reached, handed = passed(trace, reached, handed)
-        if sending is not None:
-            progress = 1.0 if math.isinf(pace) else progress + pace * dt
-            if progress >= 1 - 1e-9:
-                phase, progress = phase + 1, 0.0
-                if phase == len(phases[sending]):
+        for sync, (_, pace) in zip(list(syncing), paces, strict=True):
+            sync.progress = 1.0 if math.isinf(pace) else sync.progress + pace * share * dt
+            if sync.progress >= 1 - 1e-9:
+                sync.phase, sync.progress = sync.phase + 1, 0.0
+                if sync.phase == len(phases[sync.bucket]):
                     if trace is not None:
-                        trace.append(("done", sending, t))
-                    comm_total, comm_end, sending = comm_total + t - started, t, None
+                        trace.append(("done", sync.bucket, t))
+                    comm_total, comm_end = comm_total + t - sync.started, t
+                    syncing.remove(sync)
                     done += 1
         # Backward is over once its work is done and it is not held at the last barrier.
         held = timeline.serialized and done + 1 < len(ready) and ready[done + 1] <= work + _EPS
         if computing and work >= end_work - _EPS and not held:
             work, compute_end = end_work, t
+
+
+@dataclasses.dataclass(slots=True)
+class _Sync:
+    """A bucket whose sync is under way: which phase of it, and how far (0 to 1)."""
+
+    bucket: int
+    started: float
+    phase: int = 0
+    progress: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

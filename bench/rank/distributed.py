@@ -121,6 +121,19 @@ def shutdown(*, synchronized: bool) -> None:
         dist.destroy_process_group()
 
 
+def collective_threads(ctx: DistContext) -> int | None:
+    """The worker threads gloo runs the job's collectives on: each takes the next one
+    queued, so as many run at once (DDP's buckets overlap); None on other backends, or
+    where this torch does not say (its options name them ``_threads`` in 2.14, as its
+    stub's ``threads``)."""
+    if ctx.backend != "gloo":
+        return None
+    gloo = dist.group.WORLD._get_backend(torch.device("cpu"))  # type: ignore[union-attr]
+    threads = next((getattr(gloo.options, name) for name in ("_threads", "threads")
+                    if isinstance(getattr(gloo.options, name, None), int)), None)
+    return threads if threads and threads > 0 else None
+
+
 def barrier(ctx: DistContext) -> None:
     """Every rank waits here for the others (nothing to wait for in one process)."""
     if ctx.is_distributed:

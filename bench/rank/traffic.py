@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from bench.config import DistributedConfig
 from bench.rank import breakdown
 from bench.rank.clock import Mark, StepClock
-from bench.rank.distributed import DistContext
+from bench.rank.distributed import DistContext, collective_threads
 from bench.spread import deciles
 
 
@@ -44,6 +44,8 @@ class GradientTraffic:
         self.steps: list[dict] = []
         self._step: dict | None = None
         self.serialized = False   # set by wrap_model where buckets wait for one another
+        # Gloo's worker threads (set by wrap_model): how many buckets sync at once there.
+        self.collective_threads: int | None = None
         # Bytes of each broadcast DDP makes before every forward (set by wrap_model).
         self.broadcast_bytes: list[int] = []
 
@@ -112,6 +114,9 @@ class GradientTraffic:
                 "issued_s": self._per_bucket(steps, "issued", usual),
                 # Backward waited at each bucket for the previous one's hook to finish.
                 "serialized": self.serialized,
+                # Gloo runs each collective on one of these threads, so as many buckets sync
+                # at once; null on NCCL, which runs them in order on one stream.
+                "collective_threads": self.collective_threads,
                 # DDP's broadcast of rank 0's buffers before each forward, one per entry:
                 # blocking collectives that a one-node step has no peer to wait for.
                 "broadcast_bytes": list(self.broadcast_bytes),
@@ -327,6 +332,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, cfg: DistributedConfig,
         bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
         gradient_as_bucket_view=True)
     traffic.broadcast_bytes = buffer_broadcasts(ddp)
+    traffic.collective_threads = collective_threads(ctx)
     if not observe and cfg.comm_hook == "none":
         return ddp
     _install_counter(traffic)
