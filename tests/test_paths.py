@@ -2,6 +2,9 @@
 directory is removed only once it is proven, resolved, to lie inside the export."""
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from bench.host.dataset import _remove
@@ -92,3 +95,25 @@ def test_a_temporary_tree_turned_into_a_link_out_is_left_with_a_warning(tmp_path
     assert (outside / "keep").read_text() == "x"
     err = capsys.readouterr().err
     assert "could not remove the test's directory" in err and "not inside" in err
+
+
+def _calls_named(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))]
+
+
+def test_every_tree_removal_in_bench_goes_through_the_proof():
+    """bench/ removes a directory tree in one place only, remove_tree_inside, after it has
+    resolved the path and proven it inside its parent: any other rmtree (shutil's, or one
+    imported under its own name) would remove what nothing checked."""
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    found = [(source.relative_to(bench).as_posix(), call.lineno)
+             for source in sorted(bench.rglob("*.py"))
+             for call in _calls_named(ast.parse(source.read_text(), str(source)), "rmtree")]
+    proof = next(node for node in ast.walk(ast.parse((bench / "paths.py").read_text()))
+                 if isinstance(node, ast.FunctionDef) and node.name == "remove_tree_inside")
+    (removal,) = _calls_named(proof, "rmtree")
+    assert found == [("paths.py", removal.lineno)], "rmtree outside remove_tree_inside"
+    checked = {call.func.attr for call in ast.walk(proof) if isinstance(call, ast.Call)
+               and isinstance(call.func, ast.Attribute) and call.lineno < removal.lineno}
+    assert {"resolve", "is_relative_to"} <= checked
