@@ -17,6 +17,7 @@ from bench.analysis.prediction import (
     _shared,
     predict_step,
 )
+from tests.test_predict_hooks import handed_over
 
 # 1 GB/s of bus bandwidth, 2 ms a call: 10 MB fill the link for 10 ms at 2 nodes.
 LINK = Link(busbw_Bps=1e9, latency_s=0.002)
@@ -97,12 +98,7 @@ def test_sharing_is_whole_for_one_call_and_capped_by_the_link_and_the_cpus():
        st.floats(0, 0.01), st.floats(0, 2e-8))
 def test_never_more_in_flight_than_the_threads_and_each_starts_in_order(
         gaps, in_flight, cpus, latency, cpu_per_byte):
-    ready, issued, t = [], [], 0.0
-    for gap, hook_part, _ in gaps:
-        t += gap
-        ready.append(t)
-        t += hook_part
-        issued.append(t)
+    ready, issued, t = handed_over(gaps)
     timeline = Timeline(tuple(ready), tuple(sent for _, _, sent in gaps), t + 0.01,
                         compute_cpus=cpus, issued_s=tuple(issued), in_flight=in_flight)
     link = Link(busbw_Bps=1e9, latency_s=latency, cpu_latency_s=latency / 2,

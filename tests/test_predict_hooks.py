@@ -176,6 +176,18 @@ def test_the_trace_sets_the_serialized_wait_where_the_model_puts_it():
     assert _events(trace, "sending") == pytest.approx([0.1, 0.35])
 
 
+def handed_over(gaps) -> tuple[list[float], list[float], float]:
+    """Each bucket's ready and hand-over times from (gap before it, hook's part, ...)
+    tuples, one after the other, and where the last hand-over is."""
+    ready, issued, t = [], [], 0.0
+    for gap, hook_part, *_ in gaps:
+        t += gap
+        ready.append(t)
+        t += hook_part
+        issued.append(t)
+    return ready, issued, t
+
+
 @given(st.lists(st.tuples(st.floats(0.001, 0.2), st.floats(0, 0.05), st.floats(1e3, 5e7)),
                 min_size=1, max_size=6),
        st.floats(0, 0.1), st.booleans(), st.sampled_from([None, 1, 4]),
@@ -185,12 +197,7 @@ def test_the_traced_marks_keep_order_and_end_where_the_step_says(gaps, tail, ser
     """Any timeline: each bucket has one event of each kind, ready <= issued <= sending <=
     done, buckets are sent in order, and the step is the later of the last hand-over and
     the last done, after the forward's broadcasts, plus the tail."""
-    ready, issued, t = [], [], 0.0
-    for gap, sync_part, _ in gaps:
-        t += gap
-        ready.append(t)
-        t += sync_part
-        issued.append(t)
+    ready, issued, t = handed_over(gaps)
     timeline = Timeline(tuple(ready), tuple(sent for _, _, sent in gaps), t + tail,
                         calls_per_bucket=3.0 if serialized else 1.0, compute_cpus=cpus,
                         issued_s=tuple(issued), hook_s=tuple(0.001 for _ in gaps),

@@ -732,7 +732,7 @@ def predict_step(timeline: Timeline, link: Link, nodes: int,
                     calls * beside.allreduce_cpu_s(sent / calls, nodes)) if beside else None
         hook = timeline.hook_work(bucket)
         # The hook's own work is CPU work beside backward on CPU, and plain time on GPUs.
-        filling = calls * bus_factor(nodes) * (sent / calls) / link.busbw_Bps
+        filling = bus_factor(nodes) * sent / link.busbw_Bps
         phases.append((Phase(wire, cpu, measured, filling),
                        Phase(0.0, hook) if on_cpu else Phase(hook, 0.0)))
     events: list[tuple[str, int, float]] = []
