@@ -26,7 +26,7 @@ override USER_VARIABLES := PYTHON VENV NODE_ENV IMAGE CPU_IMAGE NFS_IMAGE TORCH_
   CUDA_BASE_IMAGE CUDA_BASE_PYTHON CPU_BASE_IMAGE CPU_BASE_PYTHON NFS_BASE_IMAGE \
   LOCAL_BASE_IMAGE LOCAL_BASE_PYTHON PARTITION ACCOUNT TIME_LIMIT NODES_PER_JOB GPUS_PER_NODE \
   SLURM_RUNTIME MLP_WIDTH MLP_DEPTH MEMORY_CAP K8S_DIR K8S_NAMESPACE RESULTS_CLAIM SHM_SIZE \
-  LINKS N_CLEAN N_SLOW GRID WORKLOADS MIN_TIMED_S
+  LINKS N_CLEAN N_SLOW GRID WORKLOADS MIN_TIMED_S STEADY_S
 # What may enter from outside: the settings, and COMPOSE (a command, split at blanks, not
 # exported as MK_COMPOSE).
 override ENTERING := $(USER_VARIABLES) COMPOSE
@@ -501,9 +501,14 @@ bench-emulated: COMM_HOOKS ?= none,powersgd
 bench-emulated: STEPS ?= 20
 bench-emulated: REPEATS ?= 3
 bench-emulated: RESULTS ?= results/emulated-$(LINK)-$(RUN_TAG).jsonl
+bench-emulated: STEADY_S ?= 30
 bench-emulated: export BENCH_LAUNCHER_LINK = $(LINK)
 # The sweep's file beside RESULTS: x.jsonl -> x-comm.jsonl.
 emulated_comm = "$${MK_RESULTS%.jsonl}-comm.jsonl"
+# This machine's own drift (bench steadiness), before the rounds and after: x-steadiness.jsonl.
+emulated_steadiness = "$${MK_RESULTS%.jsonl}-steadiness.jsonl"
+emulated_steady = [ "$$MK_STEADY_S" = 0 ] || $(PY) -m bench steadiness \
+  --out $(emulated_steadiness) --seconds "$$MK_STEADY_S"
 # The workload whose step sizes the cells' window (as the sweep's probe ran it), and the rule.
 emulated_window = --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --image-size 32 \
   --steps "$$MK_STEPS" $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
@@ -515,10 +520,14 @@ emulated_cells = --launcher netns --interleave --topologies 1x1,2x1 --models "$$
 emulated_train = --warmup-steps 10 --powersgd-warmup 5 --image-size 32 --log-every 0
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
-bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction
+bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction; the CPUs' own drift for STEADY_S (30) s before and after
 	$(PY) -m bench.host.timed_window --check-only --model "$$MK_MODEL" $(emulated_window)
 	$(PY) -m bench matrix --dry-run $(emulated_cells) --repeats "$$MK_REPEATS" -- \
 	  --steps "$$MK_STEPS" --comm-probe-steps "$$MK_STEPS" $(emulated_train) >/dev/null
+	[ "$$MK_STEADY_S" = 0 ] || $(PY) -m bench steadiness --check-only \
+	  --out $(emulated_steadiness) --seconds "$$MK_STEADY_S"
+	@[ "$$MK_STEADY_S" = 0 ] || echo "bench-emulated: first, for STEADY_S ($$MK_STEADY_S) seconds, the same matrix-multiply loop on every CPU at once (bench steadiness; again after the rounds): how far this machine drifts by itself, which bench predict sets beside measured / predicted (STEADY_S=0 skips it)" >&2
+	$(emulated_steady)
 	@echo "bench-emulated: as make bench-accuracy runs: in $$MK_REPEATS rounds (REPEATS, for a band), each the link's sweep and then one repeat of every cell, interleaved, so that the machine's drift reaches the sweep and the cells alike; each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the first sweep's probe timed (at the first of BATCH_SIZES), its probe steps after training (the 1-node bucket timeline) as many, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
 	failed=0; for round in $$(seq "$$MK_REPEATS"); do \
 	  echo "bench-emulated: round $$round of $$MK_REPEATS: the sweep, then every cell" >&2; \
@@ -534,9 +543,12 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	  $(PY) -m bench matrix $(emulated_cells) --repeats 1 -- --steps "$$steps" \
 	    --comm-probe-steps "$$steps" $(emulated_train) $(matrix_failed); \
 	done; [ "$$failed" = 0 ] || exit 1
+	$(emulated_steady) || echo "bench-emulated: warning: bench steadiness after the rounds failed on a CPU (its row in $(emulated_steadiness) says why); the prediction reads the rows that ran" >&2
 	$(PY) -m bench table "$$MK_RESULTS" --group-by model,batch,comm_hook
-	set -o pipefail; $(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) \
-	  --nodes 2,4 | tee "$${MK_RESULTS%.jsonl}-prediction.txt"
+	set -o pipefail; steady=(); \
+	[ "$$MK_STEADY_S" = 0 ] || steady=(--steadiness $(emulated_steadiness)); \
+	$(PY) -m bench predict "$$MK_RESULTS" --link-from $(emulated_comm) --nodes 2,4 \
+	  "$${steady[@]}" | tee "$${MK_RESULTS%.jsonl}-prediction.txt"
 	$(PY) -m bench report "$$MK_RESULTS" --prediction "$${MK_RESULTS%.jsonl}-prediction.txt"
 	$(PY) -m bench plot $(emulated_comm)
 

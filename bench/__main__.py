@@ -24,6 +24,8 @@ VERBS = {
     "compare": ("bench.analysis.compare", "compare two result sets cell by cell, with a verdict"),
     "settings": ("bench.host.settings", "check a node's stack settings before Compose starts"),
     "dataset": ("bench.host.dataset", "stage a dataset into the NFS export, with a manifest"),
+    "steadiness": ("bench.host.steadiness", "how far this machine's CPUs drift by themselves "
+                   "(a loop on each at once)"),
 }
 
 

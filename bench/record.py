@@ -34,9 +34,11 @@ MARKER = "==> bench-record <=="
 SCHEMA_PATH = Path(__file__).with_name("record.schema.json")
 ALLREDUCE_SCHEMA_PATH = Path(__file__).with_name("allreduce.schema.json")
 ACCEPT_SCHEMA_PATH = Path(__file__).with_name("accept.schema.json")
+STEADINESS_SCHEMA_PATH = Path(__file__).with_name("steadiness.schema.json")
 TRAINING_MODES = ("steps", "epochs")
 # Each non-training mode's own schema file; they share the training record's env block.
-OTHER_SCHEMAS = {"allreduce": ALLREDUCE_SCHEMA_PATH, "accept": ACCEPT_SCHEMA_PATH}
+OTHER_SCHEMAS = {"allreduce": ALLREDUCE_SCHEMA_PATH, "accept": ACCEPT_SCHEMA_PATH,
+                 "steadiness": STEADINESS_SCHEMA_PATH}
 MODES = (*TRAINING_MODES, *OTHER_SCHEMAS)
 STATUSES = ("ok", "oom", "error", "timeout")
 # Per file, the skipped lines warned about one by one; the rest are counted in one line.

@@ -302,10 +302,12 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
         assert [argv[argv.index(flag) + 1] for flag in
                 ("--model", "--batch-size", "--image-size", "--steps", "--min-timed-s")] == \
             ["smallcnn", "8", "32", hostile, hostile]
-    # The cells checked, the first sweep, then the window (once), then every round's cells
-    # with the count it printed.
+    # The cells checked, the machine's drift checked and measured, the first sweep, then the
+    # window (once), then every round's cells with the count it printed.
     order = [c[:3] for c in calls if c[:2] in (["-m", "bench"], ["-m", "bench.host.timed_window"])]
-    assert order.index(["-m", "bench.host.timed_window", window[0]]) == 3, (proc.stderr, order)
+    assert order[1:6] == [["-m", "bench", "matrix"], ["-m", "bench", "steadiness"],
+                          ["-m", "bench", "steadiness"], ["-m", "bench", "matrix"],
+                          ["-m", "bench.host.timed_window", window[0]]], (proc.stderr, order)
     runs = [c for c in fake_venv.bench_calls("matrix")
             if "--interleave" in c and "--dry-run" not in c]
     assert len(runs) == 3                                       # REPEATS' default
@@ -313,6 +315,39 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
         assert argv[argv.index("--steps") + 1] == "81"
         assert argv[argv.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
     assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
+
+
+def test_bench_emulated_measures_the_drift_before_and_after_and_predict_reads_it(
+        fake_venv, marker, tmp_path):
+    hostile = HOSTILE.format(m=marker)
+    _window_prints(fake_venv, "81", 0)
+    results = f"{tmp_path}/a b.jsonl"
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}", f"STEADY_S={hostile}",
+                    f"RESULTS={results}")
+    assert proc.returncode == 0, proc.stderr
+    steady = fake_venv.bench_calls("steadiness")
+    assert len(steady) == 3 and "--check-only" in steady[0], steady
+    for argv in steady:                                   # each value whole, the file beside
+        assert argv[argv.index("--seconds") + 1] == hostile
+        assert argv[argv.index("--out") + 1] == f"{tmp_path}/a b-steadiness.jsonl"
+    calls = fake_venv.calls()
+    sweeps = [i for i, c in enumerate(calls) if "--workload" in c]
+    runs = [i for i, c in enumerate(calls) if c[2:4] == ["steadiness", "--out"]]
+    assert runs[0] < sweeps[0] and runs[1] > max(i for i, c in enumerate(calls)
+                                                 if "--interleave" in c)
+    (predict,) = fake_venv.bench_calls("predict")
+    assert predict[predict.index("--steadiness") + 1] == f"{tmp_path}/a b-steadiness.jsonl"
+    assert not marker.exists()
+
+
+def test_bench_emulated_steady_s_0_skips_the_drift(fake_venv, tmp_path):
+    _window_prints(fake_venv, "81", 0)
+    proc = run_make("bench-emulated", f"VENV={fake_venv.path}", "STEADY_S=0",
+                    f"RESULTS={tmp_path}/emulated.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert fake_venv.bench_calls("steadiness") == []
+    (predict,) = fake_venv.bench_calls("predict")
+    assert "--steadiness" not in predict
 
 
 def test_bench_emulated_runs_no_cell_when_the_window_fails(fake_venv, tmp_path):

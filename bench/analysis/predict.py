@@ -194,7 +194,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench import record
-from bench.analysis import envelope
+from bench.analysis import envelope, steadiness
 from bench.analysis.prediction import (
     Lever,
     Link,
@@ -557,13 +557,19 @@ def band_source(repeats: int, links: LinkRange) -> str:
 
 
 def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
-           measured: dict[tuple, list[float]] | None = None) -> str:
+           measured: dict[tuple, list[float]] | None = None,
+           drift: list[steadiness.Drift] | None = None) -> str:
     """The prediction tables, built from ``predictions()``: where ``measured`` has the same
     setup and node count on the same link, its median, measured / predicted and whether it
-    falls within the band stand beside the prediction; then each setup's levers."""
+    falls within the band stand beside the prediction; then each setup's levers. ``drift``
+    (``bench steadiness`` on the hosts that measured): how far their CPUs drift by
+    themselves, and whether that is more than measured / predicted is checked to."""
     link = links.point
     lines = [f"link: {link.source}, latency {link.latency_s * 1e3:.2f} ms per all-reduce",
              _cpu_cost_line(link, repeats), _lockstep_line(link), *_link_band_lines(links)]
+    if drift:
+        note = steadiness.caveat(drift)
+        lines += [steadiness.describe(drift), *([note] if note else [])]
     by_setup: dict[tuple, list[Predicted]] = {}
     for row in predictions(repeats, links, nodes, measured):
         by_setup.setdefault(row.setup, []).append(row)
@@ -715,6 +721,9 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p.add_argument("--nodes", default="2,4", help="node counts to predict (default: 2,4)")
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
                    help="only matching records (fields as in bench table)")
+    p.add_argument("--steadiness", type=Path, help="a results file of bench steadiness run "
+                   "on the hosts that measured: how far their CPUs drift by themselves is "
+                   "printed beside measured / predicted")
     args = p.parse_args(argv)
     try:
         nodes = parse_positive_ints(args.nodes, "--nodes")
@@ -728,6 +737,7 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
         # Each file must hold a valid record; invalid lines are skipped with a warning.
         records = select([r for f in args.results for r in record.load(f, "results")], where)
         chosen_link = link_of(args)
+        drift = drift_of(args.steadiness) if args.steadiness else None
     except ConfigError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -751,8 +761,17 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
               f"{', '.join(map(str, args.results))}: run the trainer on one node first "
               "(e.g. make bench-cpu or --topologies 1x1)", file=sys.stderr)
         return 2
-    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link.point)))
+    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link.point), drift))
     return 0
+
+
+def drift_of(path: Path) -> list[steadiness.Drift]:
+    """The CPUs' drift in a ``bench steadiness`` file, or ConfigError naming the flag."""
+    found = steadiness.drifts(record.load(path, "--steadiness"))
+    if not found:
+        raise ConfigError("--steadiness", path, "holds no ok steadiness record of two "
+                          "windows or more: give the file bench steadiness --out wrote")
+    return found
 
 
 if __name__ == "__main__":
