@@ -8,7 +8,8 @@ as the emulated hosts of ``make bench-emulated`` compute; it checks the values f
 
 Why: on the 2-CPU KVM machine that ran accuracy grid 21, this loop on one pinned CPU of an
 otherwise idle machine ran at 0.64-1.27 of its median over 1-s windows, and 0.72-1.08 over
-30-s ones, the two CPUs apart (their 1-s rates correlated -0.20). A cell measured over a few
+30-s ones, the two CPUs apart (their 1-s rates correlated -0.20, and 0.20 in a second
+reading: results/reference/steadiness/). A cell measured over a few
 seconds carries that drift; a prediction checked to +-10% against it needs it known.
 """
 from __future__ import annotations
