@@ -565,10 +565,11 @@ bench-accuracy: LINKS ?= 1gbit,5gbit
 bench-accuracy: NODES ?= 2,3,4
 bench-accuracy: COMM_HOOKS ?= none,fp16,bf16,powersgd
 bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
-bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook, each cell at least MIN_TIMED_S (5) seconds; root, ~70 min
+bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook, each cell at least MIN_TIMED_S (5) seconds, the CPUs' own drift for STEADY_S (30) s before and after; root, ~70 min
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" \
-	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
+	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"} \
+	  $${MK_STEADY_S:+--steady-s "$$MK_STEADY_S"}
 
 # The grid of issue 29: workloads unlike the reference, from compute-bound to link-bound,
 # each on the links and hooks its line names (GRID: scripts/accuracy-grid.tsv), into
@@ -576,10 +577,11 @@ bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at
 bench-accuracy-grid: GRID ?= scripts/accuracy-grid.tsv
 bench-accuracy-grid: NODES ?= 2
 bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
-bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (5) seconds; root, ~75 min
+bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (5) seconds, the CPUs' own drift for STEADY_S (30) s before and after; root, ~75 min
 	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
 	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"} \
-	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
+	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"} \
+	  $${MK_STEADY_S:+--steady-s "$$MK_STEADY_S"}
 
 # Straggler detection (issue 26): the same 4-host job clean, and with host 2 slowed by a
 # CPU quota (25%, 10%) or its link at a tenth, interleaved; what each record named, tallied

@@ -33,6 +33,12 @@ included, computes on the same share of a CPU, and the records carry that share
 ``--image-size``, ``--batch-size`` and the MLP's ``--mlp-width``/``--mlp-depth`` choose
 another workload, from compute-bound to link-bound: the grid of issue 29.
 
+Before the first round and after the last, ``bench steadiness`` runs the same
+matrix-multiply loop on every CPU at once for ``--steady-s`` (30) seconds into
+``OUT/steadiness.jsonl``: how far the machine drifts by itself, which the tables end with
+(a CPU beyond 0.90-1.10 of its median from one 5-s window to another cannot check a ratio
+to that band; results/reference/steadiness/). ``--steady-s 0`` skips it.
+
 ``--grid FILE`` runs every workload of a grid file (bench/accuracy_grid.py: name, model,
 batch, shape, links, hooks, and whether it is held out of development) into ``OUT/NAME``,
 each as the flags above would, then sets every cell of every workload in one table,
@@ -52,8 +58,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import accuracy_grid, record  # noqa: E402
-from bench.analysis import accuracy  # noqa: E402
+from bench.analysis import accuracy, steadiness  # noqa: E402
 from bench.config import COMM_HOOKS, HOOK_WIRE_DTYPE, ModelConfig, OneLineErrorParser  # noqa: E402
+from bench.host import steadiness as steadiness_run  # noqa: E402
 from bench.host import timed_window  # noqa: E402
 from bench.host.launchers import netns  # noqa: E402
 from bench.options import ConfigError, finite_float, require_range  # noqa: E402
@@ -140,7 +147,35 @@ def found_rows(links: list[str] | tuple[str, ...], out: Path) -> list[accuracy.R
 
 
 def analyse(links: list[str], out: Path) -> str:
-    return accuracy.table(found_rows(links, out))
+    return accuracy.table(found_rows(links, out)) + drift_lines(out)
+
+
+STEADINESS_FILE = "steadiness.jsonl"
+
+
+def measure_drift(out: Path, seconds: float) -> None:
+    """``bench steadiness`` into OUT/steadiness.jsonl; a failed copy is a row there (and a
+    warning here), not the end of the run."""
+    if not seconds:
+        return
+    try:
+        _run([sys.executable, "-m", "bench", "steadiness", "--out", str(out / STEADINESS_FILE),
+              "--seconds", repr(seconds)])
+    except subprocess.CalledProcessError as error:
+        print(f"warning: bench steadiness failed ({error}); its rows say why, and the run "
+              "goes on", file=sys.stderr, flush=True)
+
+
+def drift_lines(out: Path) -> str:
+    """The machine's own drift under a table, where OUT holds a steadiness file."""
+    path = out / STEADINESS_FILE
+    if not path.is_file():
+        return ""
+    found = steadiness.drifts(record.read(path))
+    if not found:
+        return ""
+    note = steadiness.caveat(found)
+    return "\n\n" + steadiness.describe(found) + (f"\n{note}" if note else "")
 
 
 def _write(path: Path, text: str) -> None:
@@ -170,7 +205,7 @@ def analyse_grid(grid: list[accuracy_grid.Workload], out: Path,
         measured.append(accuracy.Measured(w.name, w.label, w.held_out, tuple(rows),
                                           failed.get(w.name, missing) if not rows else None,
                                           failed.get(w.name)))
-    return accuracy.grid_table(measured)
+    return accuracy.grid_table(measured) + drift_lines(out)
 
 
 def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
@@ -190,6 +225,14 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
                               ("mlp_width", a.mlp_width, 65536), ("mlp_depth", a.mlp_depth, 64)):
         require_range(value, flag, 1, high)
     timed_window.check(a.steps, a.min_timed_s)
+    if a.steady_s:
+        try:
+            steadiness_run.check(a.steady_s, steadiness_run.DEFAULT_WINDOW_S)
+        except ConfigError:
+            raise ConfigError("--steady-s", a.steady_s, "give 0 (none) or "
+                              f"{2 * steadiness_run.DEFAULT_WINDOW_S:g}-"
+                              f"{steadiness_run.MAX_SECONDS:g} seconds (two "
+                              f"{steadiness_run.DEFAULT_WINDOW_S:g}-s windows or more)") from None
     parse_size(a.max_size, "--max-size")
     if a.host_cpus is not None:
         # The lab has a host per node of the largest cell; one list holds every host.
@@ -288,6 +331,9 @@ def main() -> int:
     p.add_argument("--max-size", default="32MiB", help="the sweep's largest message")
     p.add_argument("--host-cpus", default=None, help="the netns launcher's --host-cpus: the "
                    "CPUs of each emulated host, e.g. 0/0/1/1 (default: dealt round evenly)")
+    p.add_argument("--steady-s", type=finite_float, default=steadiness_run.DEFAULT_SECONDS,
+                   help="seconds of bench steadiness before the first round and after the "
+                   f"last (default: {steadiness_run.DEFAULT_SECONDS:g}; 0 skips it)")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
     p.add_argument("--workloads", default=None, help="with --grid: only these (names)")
@@ -315,8 +361,12 @@ def main() -> int:
     if not a.analyse_only:
         a.out.mkdir(parents=True, exist_ok=True)
     try:
+        if not a.analyse_only:
+            measure_drift(a.out, a.steady_s)
         if grid is not None:
             failed = {} if a.analyse_only else run_grid(grid, nodes, a)
+            if not a.analyse_only:
+                measure_drift(a.out, a.steady_s)
             text = analyse_grid(grid, a.out, failed)
             _write(a.out / "grid.md", text)
             print(text)
@@ -324,6 +374,8 @@ def main() -> int:
         for link in links:
             if not a.analyse_only:
                 measure(link, a.out, nodes, a)
+        if not a.analyse_only:
+            measure_drift(a.out, a.steady_s)
         text = analyse(links, a.out)
         _write(a.out / "accuracy.md", text)
     except ConfigError as error:  # a results file missing or unreadable; --out not ours

@@ -156,6 +156,9 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["--grid", "/no/such/grid.tsv"], "--grid"),
     (["--grid", str(SHIPPED), "--nodes", "1"], "--nodes"),
     (["--grid", str(SHIPPED), "--analyse-only"], "--out"),
+    (["--grid", str(SHIPPED), "--steady-s", "5"], "--steady-s"),
+    (["--grid", str(SHIPPED), "--steady-s", "nan"], "--steady-s"),
+    (["--links", "1gbit", "--steady-s", "-1"], "--steady-s"),
 ])
 def test_the_script_refuses_a_bad_grid_run_in_one_line_and_writes_nothing(tmp_path, args,
                                                                            setting):
@@ -239,9 +242,14 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
             raise subprocess.CalledProcessError(1, ["bench", "matrix"])
 
     monkeypatch.setattr(script, "measure", measure)
+    monkeypatch.setattr(script, "measure_drift",
+                        lambda out, seconds: measured.append(("drift", seconds)))
     monkeypatch.setattr(sys, "argv", ["prediction_accuracy.py", "--grid", str(grid),
-                                      "--nodes", "2", "--out", str(tmp_path / "out")])
+                                      "--nodes", "2", "--out", str(tmp_path / "out"),
+                                      "--steady-s", "12"])
     assert script.main() == 1                 # a workload failed: not a clean run
+    # The machine's own drift before the first workload and after the last.
+    assert measured.pop(0) == ("drift", 12.0) and measured.pop() == ("drift", 12.0)
     assert measured == [("first", "1gbit", "smallcnn", 64, "none,powersgd"),
                         ("broken", "5gbit", "mlp", 8, "none"),
                         ("last", "1gbit", "smallcnn", 64, "none,powersgd"),
@@ -293,6 +301,38 @@ def test_analyse_only_rebuilds_the_grid_table_and_names_what_was_not_measured(tm
     own = (out / "smallcnn-b64-1gbit" / "accuracy.md").read_text()
     for row in rows:
         assert row.split(" | ", 2)[2] in own
+
+
+def test_the_grid_table_ends_with_the_machines_drift_where_out_holds_it(tmp_path):
+    from bench import provenance, record
+
+    out = tmp_path / "out"
+    _measured_copy(out / "smallcnn-b64-1gbit")
+    for cpu, rates in ((0, [100.0, 64.0, 110.0]), (1, [100.0, 99.0])):
+        record.append(out / "steadiness.jsonl", {
+            "schema_version": 1, "run_id": "r", "utc_time": "2026-11-30T09:00:00Z",
+            "mode": "steadiness", "status": "ok", "error": None, "cpu": cpu, "seconds": 15.0,
+            "window_s": 5.0, "rates": rates, "env": provenance.collect_head()})
+    proc = _run("--grid", str(SHIPPED), "--out", str(out), "--analyse-only")
+    assert proc.returncode == 0, proc.stderr
+    tail = (out / "grid.md").read_text().rstrip().splitlines()[-2:]
+    assert tail[0].startswith("this machine's own drift") and "CPU 0 0.64-1.10" in tail[0]
+    assert "drift further by themselves (CPU 0" in tail[1]
+
+
+def test_the_drift_runs_bench_steadiness_into_out_and_a_failure_goes_on(tmp_path,
+                                                                      monkeypatch, capsys):
+    script, calls = _script(), []
+
+    def run(argv):
+        calls.append(argv)
+        raise subprocess.CalledProcessError(1, argv)
+    monkeypatch.setattr(script, "_run", run)
+    script.measure_drift(tmp_path, 12.0)
+    script.measure_drift(tmp_path, 0.0)           # 0: skipped
+    assert calls == [[sys.executable, "-m", "bench", "steadiness", "--out",
+                      str(tmp_path / "steadiness.jsonl"), "--seconds", "12.0"]]
+    assert "bench steadiness failed" in capsys.readouterr().err
 
 
 def test_a_workload_directory_that_is_a_link_out_is_not_read(tmp_path):

@@ -276,6 +276,21 @@ def test_bench_accuracy_grid_passes_each_setting_whole(fake_venv, marker):
             == workloads
 
 
+@pytest.mark.parametrize("target", ["bench-accuracy", "bench-accuracy-grid"])
+def test_the_accuracy_targets_pass_steady_s_whole_or_leave_the_scripts_default(
+        fake_venv, marker, target):
+    hostile = HOSTILE.format(m=marker)
+    for extra, steady in (([f"STEADY_S={hostile}"], hostile), ([], None)):
+        before = len(fake_venv.calls())
+        proc = run_make(target, f"VENV={fake_venv.path}", "RESULTS=out/a b", *extra)
+        assert proc.returncode == 0, proc.stderr
+        (argv,) = [c for c in fake_venv.calls()[before:]
+                   if c[0] == "scripts/prediction_accuracy.py"]
+        assert (argv[argv.index("--steady-s") + 1] if "--steady-s" in argv else None) \
+            == steady
+    assert not marker.exists()
+
+
 def _window_prints(fake_venv: FakeVenv, output: str, code: int) -> None:
     """The fake python, but ``-m bench.host.timed_window SWEEPS`` prints ``output`` and exits
     ``code`` (its --check-only passes), as the real one does with a count or an error."""

@@ -69,7 +69,9 @@ def test_any_accepted_rates_give_a_range_around_one_and_a_caveat_only_beyond_the
 @pytest.mark.parametrize("flags, setting", [
     (["--seconds", "nan"], "--seconds"), (["--seconds", "-1"], "--seconds"),
     (["--seconds", "1e9"], "--seconds"), (["--window", "0"], "--window"),
-    (["--seconds", "10", "--window", "6"], "--window"), (["--cpus", "0,0"], "cpus"),
+    (["--seconds", "10", "--window", "6"], "--seconds=10.0: must be in 12-"),
+    (["--seconds", "5"], "--seconds=5.0: must be in 10-"), (["--window", "1e9"], "--window"),
+    (["--cpus", "0,0"], "cpus"),
     (["--cpus", "-1"], "cpus"), (["--cpus", "0,x"], "cpus"), (["--cpus", "4096"], "cpus"),
     (["--cpus", ""], "cpus"), (["--cpus", "٣"], "cpus")])
 def test_a_wrong_value_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, flags,

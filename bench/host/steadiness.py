@@ -53,8 +53,8 @@ def parse_cpus(text: str, allowed: set[int]) -> list[int]:
 
 def check(seconds: float, window_s: float) -> None:
     """ConfigError naming the flag unless the run holds two windows or more."""
-    require_range(seconds, "seconds", 2 * MIN_WINDOW_S, MAX_SECONDS)
-    require_range(window_s, "window", MIN_WINDOW_S, seconds / 2)
+    require_range(window_s, "window", MIN_WINDOW_S, MAX_SECONDS / 2)
+    require_range(seconds, "seconds", 2 * window_s, MAX_SECONDS)
 
 
 def command(cpu: int, seconds: float, window_s: float) -> list[str]:
