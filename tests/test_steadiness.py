@@ -98,6 +98,17 @@ def test_an_output_that_is_no_results_file_is_refused(tmp_path, capsys, name):
     assert "out=" in capsys.readouterr().err
 
 
+@given(st.sets(st.integers(min_value=0, max_value=4095), min_size=1, max_size=300))
+def test_by_default_every_cpu_or_eight_spread_from_first_to_last(allowed):
+    """Each copy is a torch process: a large host is sampled, not filled."""
+    cpus = host_steadiness.default_cpus(allowed)
+    assert cpus == sorted(set(cpus)) and set(cpus) <= allowed
+    if len(allowed) <= 8:
+        assert cpus == sorted(allowed)
+    else:
+        assert len(cpus) == 8 and cpus[0] == min(allowed) and cpus[-1] == max(allowed)
+
+
 def test_check_only_runs_and_writes_nothing(tmp_path):
     out = tmp_path / "s.jsonl"
     assert host_steadiness.main(["--out", str(out), "--seconds", "30", "--check-only"]) == 0
@@ -137,7 +148,7 @@ def test_the_real_loop_on_each_cpu_writes_a_record_each(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     recs = record.load(out)
-    assert sorted(r["cpu"] for r in recs) == sorted(os.sched_getaffinity(0))
+    assert [r["cpu"] for r in recs] == host_steadiness.default_cpus(os.sched_getaffinity(0))
     for rec in recs:
         assert rec["status"] == "ok" and len(rec["rates"]) == 2 and min(rec["rates"]) > 0
         assert rec["env"]["cpu_model"] and rec["env"]["git_commit"]

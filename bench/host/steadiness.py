@@ -34,6 +34,18 @@ MAX_SECONDS = 3600.0
 MIN_WINDOW_S = 0.1
 # A copy that has not reported this long after its last window is stuck, not slow.
 GRACE_S = 120.0
+# Each copy is a torch process (about 0.6 GB resident on the 2-CPU VM): by default at most
+# this many, spread over the CPUs, so that a 64-core host is sampled, not filled.
+DEFAULT_MAX_CPUS = 8
+
+
+def default_cpus(allowed: set[int], most: int = DEFAULT_MAX_CPUS) -> list[int]:
+    """Every CPU this process may use, or ``most`` of them spread evenly (the first and
+    the last among them) where there are more."""
+    cpus = sorted(allowed)
+    if len(cpus) <= most:
+        return cpus
+    return [cpus[round(i * (len(cpus) - 1) / (most - 1))] for i in range(most)]
 
 
 def parse_cpus(text: str, allowed: set[int]) -> list[int]:
@@ -113,14 +125,15 @@ def main(argv: list[str] | None = None, prog: str = "bench steadiness") -> int:
                    f"{DEFAULT_WINDOW_S:g}, about a benchmark cell's timed window)")
     p.add_argument("--cpus", default=None,
                    help="the CPUs to run on, e.g. 0,1 (default: every CPU this process "
-                   "may use)")
+                   f"may use, or {DEFAULT_MAX_CPUS} of them spread evenly where there are "
+                   "more: each copy is a torch process)")
     p.add_argument("--check-only", action="store_true",
                    help="check the values and exit, running nothing")
     a = p.parse_args(argv)
     allowed = os.sched_getaffinity(0)
     try:
         check(a.seconds, a.window)
-        cpus = parse_cpus(a.cpus, allowed) if a.cpus is not None else sorted(allowed)
+        cpus = parse_cpus(a.cpus, allowed) if a.cpus is not None else default_cpus(allowed)
         if a.out.suffix != RESULTS_SUFFIX:
             raise ConfigError("out", a.out, "give a results file ending in .jsonl")
         check_writable_file(a.out, "out")
