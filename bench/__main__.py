@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from bench.rank import front
+
 # verb -> (module, one-line summary). Each module has main(argv, prog) -> exit code.
 VERBS = {
     "train": ("bench.rank.train", "train one configuration, append its record (torchrun-able)"),
@@ -47,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: error: unknown verb {verb!r}; choose from {', '.join(VERBS)}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(VERBS[verb][0])
-    return module.main(rest, prog=f"bench {verb}")
+    name = VERBS[verb][0]
+    if name in front.CONFIGS:   # a rank verb: its values are checked before torch is imported
+        return front.main(name, rest, f"bench {verb}")
+    return importlib.import_module(name).main(rest, prog=f"bench {verb}")
 
 
 if __name__ == "__main__":

@@ -96,31 +96,34 @@ class AllreduceConfig:
             self.lockstep_workload()   # its shape checked here, before anything starts
         require_range(self.warmup_iters, "warmup_iters", 0, 1_000_000)
         require_range(self.timeout, "timeout", 0, MAX_TIMEOUT_S, low_open=True)
+        # The sizes first: only an "auto" largest size waits for the device (its default).
+        element = DTYPE_BYTES[self.dtype]
+        low = parse_size(self.min_size, "--min-size")
+        require(low >= element, "min_size", self.min_size, f"must hold one {self.dtype} "
+                f"element ({element} bytes)")
+        if self.max_size != "auto":
+            self._check_largest(low, parse_size(self.max_size, "--max-size"))
         if not checks_environment():
-            # Off the node: the device is unknown, so is the default largest size.
-            parse_size(self.min_size, "--min-size")
-            if self.max_size != "auto":
-                parse_size(self.max_size, "--max-size")
-            return
+            return   # off the node: the device is unknown, so is the default largest size
         check_writable_file(self.results, "--results")
+        # Last: on a node this asks torch whether a GPU is there (3 s to import on a small CPU).
         self.device, self.backend = resolve_device(self.device, self.backend)
         if self.max_size == "auto":
             self.max_size = DEFAULT_MAX_SIZE[self.device]
-        element = DTYPE_BYTES[self.dtype]
-        low = parse_size(self.min_size, "--min-size")
         high = parse_size(self.max_size, "--max-size")
-        require(low >= element, "min_size", self.min_size, f"must hold one {self.dtype} "
-                f"element ({element} bytes)")
-        require(high >= low, "max_size", self.max_size, f"must be at least --min-size "
-                f"({self.min_size})")
-        # Every rank allocates the largest message twice (data and check): 16 GiB bounds it.
-        require(high <= MAX_MESSAGE_BYTES, "max_size", self.max_size, "must be at most 16GiB")
+        self._check_largest(low, high)
         self.sizes = message_sizes(low, high)
         # On GPUs the compute is not on the CPUs gloo or NCCL's proxy threads use.
         require(not self.beside_compute or self.device == "cpu", "beside_compute", True,
                 "measures the compute a CPU loses; use it with --device cpu")
         require(not self.lockstep or self.device == "cpu", "lockstep", True,
                 "times compute on the CPUs; use it with --device cpu")
+
+    def _check_largest(self, low: int, high: int) -> None:
+        require(high >= low, "max_size", self.max_size, f"must be at least --min-size "
+                f"({self.min_size})")
+        # Every rank allocates the largest message twice (data and check): 16 GiB bounds it.
+        require(high <= MAX_MESSAGE_BYTES, "max_size", self.max_size, "must be at most 16GiB")
 
     def lockstep_workload(self) -> ModelConfig | None:
         """The network --lockstep-model names, shaped as the trainer would shape it; its

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from bench.__main__ import VERBS
+from bench.rank import front
 from conftest import REPO
 
 
@@ -82,6 +83,34 @@ HEAD_VERBS = [verb for verb, (module, _) in VERBS.items() if not module.startswi
 def test_head_verbs_help_without_torch(verb):
     out = _bench(verb, "--help")
     assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr[-1500:]
+
+
+# The rank verbs import torch to run, not to read their command line (bench.rank.front).
+RANK_VERBS = [verb for verb, (module, _) in VERBS.items() if module.startswith("bench.rank.")]
+
+
+@pytest.mark.parametrize("verb", RANK_VERBS)
+def test_rank_verbs_help_without_torch(verb):
+    out = _bench(verb, "--help")
+    assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr[-1500:]
+
+
+@pytest.mark.parametrize("verb, args, named", [
+    ("train", ["--lr", "nan"], "--lr"),
+    ("train", ["--steps", "2", "--epochs", "1"], "--steps"),
+    ("allreduce", ["--min-size", "2", "--dtype", "float32"], "--min-size"),
+    ("allreduce", ["--max-size", "32GiB"], "--max-size"),
+])
+def test_rank_verbs_refuse_a_wrong_value_without_torch(verb, args, named):
+    out = _bench(verb, *args)
+    assert out.returncode == 2, out.stderr[-1500:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"bench {verb}: error:") and named in line, line
+
+
+def test_rank_verbs_are_checked_at_the_front_door():
+    """Every rank verb the command line offers has its torch-free config in the front."""
+    assert RANK_VERBS and {VERBS[verb][0] for verb in RANK_VERBS} <= set(front.CONFIGS)
 
 
 def test_host_verbs_run_without_torch(tmp_path):

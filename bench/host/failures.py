@@ -27,7 +27,7 @@ _FAILED_LINE = re.compile(r"bench (?:train|allreduce): FAILED \((\w+)\): (.*?)"
 # What ``bench.rank.job`` prints when rank 0 measured but could not append its record.
 _UNWRITTEN_LINE = re.compile(r"bench (?:train|allreduce): measured, but (could not append .*?)"
                              r"(?:; it was printed.*|; stdout is closed.*)?$")
-# A user error a rank refused before it could start (``bench.rank.job.main``).
+# A user error a rank refused before it could start (``bench.rank.front``).
 _USER_ERROR = re.compile(r"(bench (?:train|allreduce): error: .*)$")
 # Lines that carry no cause: torchrun's ChildFailedError banner and its boilerplate.
 _NOISE = re.compile(r"^\s*(?:=+|-+|Failures:|<NO_OTHER_FAILURES>|Root Cause.*|"

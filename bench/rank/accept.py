@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from bench.accept_config import PROG, AcceptConfig, round_robin, skeleton
 from bench.config import DistributedConfig, ModelConfig
-from bench.rank import dataread, environment, job, nccl_capture
+from bench.rank import dataread, environment, front, job, nccl_capture
 from bench.rank.distributed import DistContext, all_gather_objects, barrier
 
 # Each timed repeat runs at least this long (calls are batched): many periods of a CPU
@@ -415,7 +415,7 @@ def run(cfg: AcceptConfig) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return job.main(argv, prog, AcceptConfig.from_args, run)
+    return front.main("bench.rank.accept", argv, prog, run)
 
 
 if __name__ == "__main__":

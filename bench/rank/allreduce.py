@@ -38,7 +38,7 @@ from bench.allreduce_config import (  # noqa: F401  (the sweep's config, re-expo
     skeleton,
 )
 from bench.config import DistributedConfig
-from bench.rank import distributed, job
+from bench.rank import distributed, front, job
 from bench.rank.clock import make_clock
 from bench.rank.compute_probe import (
     PHASE_BLOCK_S,
@@ -216,7 +216,7 @@ def run(cfg: AllreduceConfig, collective: Collective = _default_collective) -> i
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return job.main(argv, prog, AllreduceConfig.from_args, run)
+    return front.main("bench.rank.allreduce", argv, prog, run)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import torch
 
 from bench import nccl_log, record
 from bench.config import DistributedConfig
-from bench.options import ConfigError
 from bench.rank import allocator, distributed, environment, exiting, nccl_capture, phases
 
 
@@ -83,18 +82,6 @@ def exit_process(code: int) -> NoReturn:
         exiting.leave(0)
     exiting.flush_streams()
     os._exit(code)
-
-
-def main(argv: list[str] | None, prog: str, parse: Callable, run_config: Callable) -> int:
-    """A job's command line: ``parse(argv, prog)`` validates the config (a user error is one
-    line and exit 2, before anything runs or is written), then ``run_config(cfg)``."""
-    try:
-        cfg = parse(argv, prog)
-        nccl_log.expected_net(os.environ)   # a bad BENCH_EXPECT_NET: before anything runs
-    except ConfigError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
-    return run_config(cfg)
 
 
 class NetworkMismatch(ExpectedFailure):

@@ -14,7 +14,7 @@ import torch
 
 from bench import manifest, record
 from bench.config import TrainConfig
-from bench.rank import allocator, distributed, job, linkprobe, phases, summary, telemetry
+from bench.rank import allocator, distributed, front, job, linkprobe, phases, summary, telemetry
 from bench.rank.breakdown import StepParts, reporting_to
 from bench.rank.clock import StepClock
 from bench.rank.data import build_data
@@ -285,14 +285,14 @@ def _measure(cfg: TrainConfig, ctx: distributed.DistContext, rec: dict) -> None:
 
 def run(cfg: TrainConfig) -> int:
     """Run a validated config; returns the exit code (0 ok, 1 failed)."""
+    phases.mark_start()
     return job.run(PROG, record.train_skeleton(cfg), cfg.output.results, cfg.distributed,
                    lambda ctx, rec: measure(cfg, ctx, rec),
                    record.training_headline)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    phases.mark_start()
-    return job.main(argv, prog, TrainConfig.from_args, run)
+    return front.main("bench.rank.train", argv, prog, run)
 
 
 if __name__ == "__main__":
