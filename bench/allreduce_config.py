@@ -101,17 +101,18 @@ class AllreduceConfig:
         low = parse_size(self.min_size, "--min-size")
         require(low >= element, "min_size", self.min_size, f"must hold one {self.dtype} "
                 f"element ({element} bytes)")
-        if self.max_size != "auto":
-            self._check_largest(low, parse_size(self.max_size, "--max-size"))
+        high = None if self.max_size == "auto" else parse_size(self.max_size, "--max-size")
+        if high is not None:
+            self._check_largest(low, high)
         if not checks_environment():
             return   # off the node: the device is unknown, so is the default largest size
         check_writable_file(self.results, "--results")
         # Last: on a node this asks torch whether a GPU is there (3 s to import on a small CPU).
         self.device, self.backend = resolve_device(self.device, self.backend)
-        if self.max_size == "auto":
+        if high is None:   # the device's default, against an explicit --min-size
             self.max_size = DEFAULT_MAX_SIZE[self.device]
-        high = parse_size(self.max_size, "--max-size")
-        self._check_largest(low, high)
+            high = parse_size(self.max_size, "--max-size")
+            self._check_largest(low, high)
         self.sizes = message_sizes(low, high)
         # On GPUs the compute is not on the CPUs gloo or NCCL's proxy threads use.
         require(not self.beside_compute or self.device == "cpu", "beside_compute", True,

@@ -20,6 +20,25 @@ from hypothesis import HealthCheck, settings
 from bench import record
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Run first in a process that must not load torch (tests/test_architecture.py; every case of
+# tests/test_bad_input.py, through its sitecustomize): any `import torch` (or torchvision) then
+# raises ImportError, and is remembered, so that one swallowed by `try: ... except
+# ImportError` still fails the test (NO_TORCH_END, run last): on the head torch would have
+# loaded.
+NO_TORCH = """import sys
+class _NoTorch:
+    tried = []
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'torchvision'):
+            self.tried.append(name)
+            raise ImportError(f'{name} imported where torch must not be')
+sys.meta_path.insert(0, _NoTorch())
+"""
+NO_TORCH_END = """
+assert not _NoTorch.tried, f'tried to import {_NoTorch.tried}'
+assert not {'torch', 'torchvision'} & set(sys.modules), 'torch was imported'
+"""
 EXAMPLE_ENV = REPO / "compose" / ".env.example"
 IN_CI = os.environ.get("CI") == "true"
 # Property tests (Hypothesis): seeded (derandomize: the same examples on every run, so a

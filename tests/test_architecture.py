@@ -15,7 +15,7 @@ import pytest
 
 from bench.__main__ import VERBS
 from bench.rank import front
-from conftest import REPO
+from conftest import NO_TORCH, NO_TORCH_END, REPO
 
 
 def _modules(package: str) -> list[str]:
@@ -32,22 +32,6 @@ CORE = ["config", "options", "topology", "units", "record", "schemacheck", "path
         "allreduce_config", "devices", "manifest", "provenance", "shell", "nccl_log",
         "nvidia_smi"]
 HOST_AND_ANALYSIS = _modules("host") + _modules("analysis") + CORE
-# Run first in every process below: any `import torch` (or torchvision) then raises
-# ImportError, and is remembered, so that one swallowed by `try: ... except ImportError`
-# still fails the test (NO_TORCH_END, run last): on the head torch would have loaded.
-NO_TORCH = """import sys
-class _NoTorch:
-    tried = []
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in ('torch', 'torchvision'):
-            self.tried.append(name)
-            raise ImportError(f'{name} imported on the host side')
-sys.meta_path.insert(0, _NoTorch())
-"""
-NO_TORCH_END = """
-assert not _NoTorch.tried, f'tried to import {_NoTorch.tried}'
-assert not {'torch', 'torchvision'} & set(sys.modules), 'torch was imported'
-"""
 
 
 @pytest.mark.parametrize("module", HOST_AND_ANALYSIS)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import NO_TORCH, REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
 FMNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -74,17 +74,10 @@ def tree_state(root: Path) -> dict[str, tuple]:
 
 
 # Installed in every case's Python (PYTHONPATH's sitecustomize, which site imports at start):
-# an import of torch fails, and one that was swallowed is reported on stderr at exit, so the
-# case's one-line check fails either way.
-TORCH_BLOCKER = """
-import atexit, sys
-class _NoTorch:
-    tried = []
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "torchvision"):
-            _NoTorch.tried.append(name)
-            raise ImportError(f"{name} imported before the wrong value was refused")
-sys.meta_path.insert(0, _NoTorch())
+# conftest's blocker makes an import of torch fail, and one that was swallowed is reported on
+# stderr at exit, so the case's one-line check fails either way.
+TORCH_BLOCKER = NO_TORCH + """
+import atexit
 @atexit.register
 def _report():
     if _NoTorch.tried:
