@@ -33,6 +33,12 @@ with its host beside it. In part nine of the grid the ViT's fp16 cell read 0.83 
 with no rank named, it read 0.97 (results/reference/accuracy-grid-10/README.md). A named
 rank is a reason to look, not an excuse: part eight's misses had none.
 
+Where the records came in rounds (``bench matrix --interleave``, or the grid script's), each
+table then says how precisely they check each ratio: the ratio round by round, two
+standard errors of its mean (bench.analysis.rounds), and for a row checked more loosely
+than the 0.90-1.10 check needs, how many rounds would do. Part twenty-three of the grid is
+why: one model, one run, and any three of its eight rounds read the same cell 0.82-1.10.
+
 Rows are data (``rows()``) for scripts/prediction_accuracy.py; ``table()`` is their text.
 """
 from __future__ import annotations
@@ -43,24 +49,26 @@ import sys
 from pathlib import Path
 
 from bench import record
-from bench.analysis import breakdown
+from bench.analysis import breakdown, rounds
 from bench.analysis.predict import (
     LinkRange,
     Predicted,
     measured_rates,
     measured_runs,
     predictions,
+    ratios_by_round,
     setup_key,
     single_node_repeats,
     sweeps_for_hook,
 )
+from bench.analysis.steadiness import CHECKED_TOLERANCE
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
 from bench.paths import child
 from bench.units import format_rate
 
-# The goal: measured / predicted within this range for every row.
-GOAL = (0.90, 1.10)
+# The goal: measured / predicted within this range for every row (0.90-1.10).
+GOAL = (1 - CHECKED_TOLERANCE, 1 + CHECKED_TOLERANCE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,6 +84,8 @@ class Row:
     # The measured runs' slowest rank where the matrix named one in any of them, e.g.
     # ``r0/n0 compute +25% (2/3)``; empty where none was named or none was checked.
     straggler: str = ""
+    # measured / predicted round by round: how precisely the repeats check the ratio.
+    by_round: rounds.Rounds = rounds.Rounds()
 
     @property
     def nodes(self) -> int:
@@ -106,7 +116,11 @@ def baseline_copies(records: list[dict], results: Path) -> list[dict]:
         except ConfigError as error:   # a bad name, or a file that cannot be read
             print(f"warning: {results}: {error}", file=sys.stderr)
             continue
-        copies += [c for c in record.training(found) if c.get("status") == "ok"
+        # Each copy ran in its cell's round (rounds.round_of): it says so, for the rounds.
+        cell_round = rounds.round_of(rec)
+        stamp = {} if cell_round is None else \
+            {"matrix": {"id": cell_round[0], "repeat": cell_round[1]}}
+        copies += [{**c, **stamp} for c in record.training(found) if c.get("status") == "ok"
                    and c.get("nnodes") == 1 and setup_key(c) == setup_key(rec)]
     return copies
 
@@ -144,7 +158,8 @@ def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
                                  / p.scaling.base_step_s, len(repeats[p.setup]),
                                  typed[-1].get("dtype", "float32"), p,
                                  carried.get((p.setup, n)),
-                                 _named(runs.get((p.setup, n), []))))
+                                 _named(runs.get((p.setup, n), [])),
+                                 ratios_by_round(records, p.setup, n, at_n)))
     return found
 
 
@@ -203,6 +218,30 @@ def _straggler_lines(named: list[tuple[str, Row]]) -> list[str]:
          f"{row.straggler}" for label, row in named if row.at_n.ratio is not None]
 
 
+def _precision_lines(labelled: list[tuple[str, Row]]) -> list[str]:
+    """Under a table: how precisely the rounds check the ratios (rounds.Rounds), and each
+    row checked more loosely than the check needs, with the rounds that would do. Nothing
+    where no row's records came in rounds."""
+    measured = [(label, row) for label, row in labelled if row.by_round.ratios]
+    if not measured:
+        return []
+    widths = [w for _, row in measured if (w := row.by_round.half_width) is not None]
+    span = f"not told (every row had fewer than {rounds.MIN_ROUNDS} rounds)"
+    if widths:
+        low, high = f"{min(widths):.0%}", f"{max(widths):.0%}"
+        span = (low if low == high else f"{low}-{high}") + " either way"
+    lines = [f"how precisely the rounds check each ratio: {span} (two standard errors of "
+             "the mean of measured / predicted round by round)"]
+    loose = [(label, row) for label, row in measured if row.by_round.loose()]
+    if loose:
+        lines.append(f"checked more loosely than the {GOAL[0]:.2f}-{GOAL[1]:.2f} check needs "
+                     "(within or off there may be the machine's noise, not the model):")
+    lines += [f"- {label}{row.link}, {row.hook}, {row.nodes} nodes"
+              + (f" ({row.at_n.ratio:.2f})" if row.at_n.ratio is not None else "")
+              + f": {row.by_round.text()}" for label, row in loose]
+    return lines
+
+
 def table(found: list[Row]) -> str:
     lines = [_HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {_cells(row)}" for row in sorted(found, key=_order)]
@@ -212,6 +251,7 @@ def table(found: list[Row]) -> str:
         ok = sum(1 for ratio in carried if _within_goal(ratio))
         lines.append(f"{ok} of {len(carried)} rows within {GOAL[0]:.2f}-{GOAL[1]:.2f} "
                      "from the 2-node sweep alone")
+    lines += _precision_lines([("", row) for row in sorted(found, key=_order)])
     lines += _straggler_lines([("", row) for row in sorted(found, key=_order)
                                if row.straggler])
     return "\n".join(lines)
@@ -247,6 +287,8 @@ def grid_table(workloads: list[Measured]) -> str:
         rows = [row for w in workloads if w.held_out is held_out for row in w.rows]
         if any(w.held_out is held_out for w in workloads):
             lines.append(f"{name}: {_tally(rows)}")
+    lines += _precision_lines([(f"{w.name}: ", row) for w in workloads
+                               for row in sorted(w.rows, key=_order)])
     lines += _straggler_lines([(f"{w.name}: ", row) for w in workloads
                                for row in sorted(w.rows, key=_order) if row.straggler])
     missing = [w.name for w in workloads if w.missing]

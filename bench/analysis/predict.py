@@ -194,7 +194,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench import record
-from bench.analysis import envelope, steadiness
+from bench.analysis import envelope, rounds, steadiness
 from bench.analysis.prediction import (
     Lever,
     Link,
@@ -481,6 +481,26 @@ def predictions(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[
     return found
 
 
+def ratios_by_round(records: list[dict], setup: tuple, nodes: int,
+                    links: LinkRange) -> rounds.Rounds:
+    """The setup's measured / predicted at ``nodes`` in each round of ``records`` that
+    measured it on one node and on ``nodes`` (``rounds.round_of``), each round predicted
+    from its own one-node records on ``links``: how precisely the repeats check the ratio."""
+    by_round: dict[tuple[str, int], list[dict]] = {}
+    for rec in record.training(records):
+        key = rounds.round_of(rec)
+        if key is not None:
+            by_round.setdefault(key, []).append(rec)
+    ratios = []
+    for recs in by_round.values():
+        repeats = {key: found for key, found in single_node_repeats(recs).items()
+                   if key == setup}
+        for p in predictions(repeats, links, [nodes], measured_rates(recs, links.point)):
+            if p.ratio is not None and math.isfinite(p.ratio):
+                ratios.append(p.ratio)
+    return rounds.Rounds(tuple(ratios))
+
+
 def lever_bands(repeats: dict[tuple, list[dict]], key: tuple, links: LinkRange,
                 nodes: int) -> list[tuple[Lever, Band]]:
     """The levers of one setup at ``nodes`` (from its median repeat on the link as given,
@@ -558,12 +578,15 @@ def band_source(repeats: int, links: LinkRange) -> str:
 
 def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
            measured: dict[tuple, list[float]] | None = None,
-           drift: list[steadiness.Drift] | None = None) -> str:
+           drift: list[steadiness.Drift] | None = None,
+           records: list[dict] | None = None) -> str:
     """The prediction tables, built from ``predictions()``: where ``measured`` has the same
     setup and node count on the same link, its median, measured / predicted and whether it
-    falls within the band stand beside the prediction; then each setup's levers. ``drift``
-    (``bench steadiness`` on the hosts that measured): how far their CPUs drift by
-    themselves, and whether that is more than measured / predicted is checked to."""
+    falls within the band stand beside the prediction, and under the table, from
+    ``records``, how precisely their rounds check that ratio (``ratios_by_round``); then
+    each setup's levers. ``drift`` (``bench steadiness`` on the hosts that measured): how
+    far their CPUs drift by themselves, and whether that is more than measured / predicted
+    is checked to."""
     link = links.point
     lines = [f"link: {link.source}, latency {link.latency_s * 1e3:.2f} ms per all-reduce",
              _cpu_cost_line(link, repeats), _lockstep_line(link), *_link_band_lines(links)]
@@ -582,8 +605,23 @@ def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
                   "measured/predicted | measured vs band |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_prediction_row(row) for row in rows]
+        lines += _round_lines(records or [], key, rows, links)
         lines += ["", *_lever_lines(lever_bands(repeats, key, links, max(nodes)), max(nodes))]
     return "\n".join(lines)
+
+
+def _round_lines(records: list[dict], key: tuple, rows: list[Predicted],
+                 links: LinkRange) -> list[str]:
+    """Under a setup's table: for each measured node count whose records came in rounds,
+    how precisely they check measured / predicted (``ratios_by_round``)."""
+    lines = []
+    for row in rows:
+        found = ratios_by_round(records, key, row.nodes, links) if row.measured \
+            else rounds.Rounds()
+        if found.ratios:
+            lines.append(f"measured / predicted at {row.nodes} nodes, round by round: "
+                         f"{found.text()} (two standard errors of their mean)")
+    return lines
 
 
 def _link_band_lines(links: LinkRange) -> list[str]:
@@ -761,7 +799,8 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
               f"{', '.join(map(str, args.results))}: run the trainer on one node first "
               "(e.g. make bench-cpu or --topologies 1x1)", file=sys.stderr)
         return 2
-    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link.point), drift))
+    print(report(runs, chosen_link, nodes, measured_rates(records, chosen_link.point), drift,
+                 records))
     return 0
 
 
