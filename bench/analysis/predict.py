@@ -151,7 +151,10 @@ directory's README).
 
 Where the results also hold multi-node runs of the same setup measured on the same link
 rate (emulated links record theirs), their median stands beside the prediction with the
-ratio measured / predicted.
+ratio measured / predicted; where they ran in rounds (each one matrix repeat: ``bench
+matrix --interleave``, or a matrix run a round as ``make bench-emulated`` runs them), a line
+under the table says how precisely the rounds check that ratio and, where more loosely than
+0.90-1.10 needs, how many rounds would do (``ratios_by_round``, bench/analysis/rounds.py).
 
 The link is a nominal rate (``--link 5gbit``: B is the rate, a is ``--latency``, no CPU
 cost), an all-reduce record measured on it (``--link-from``: a and a_cpu are the mean time
