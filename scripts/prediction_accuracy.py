@@ -37,7 +37,9 @@ Before the first round and after the last, ``bench steadiness`` runs the same
 matrix-multiply loop on every CPU at once for ``--steady-s`` (30) seconds into
 ``OUT/steadiness.jsonl``: how far the machine drifts by itself, which the tables end with
 (a CPU beyond 0.90-1.10 of its median from one 5-s window to another cannot check a ratio
-to that band; results/reference/steadiness/). ``--steady-s 0`` skips it.
+to that band; results/reference/steadiness/). A grid measures it around each workload, into
+``OUT/NAME/steadiness.jsonl``, and names under its table each workload that met a machine
+drifting further than that. ``--steady-s 0`` skips it.
 
 ``--grid FILE`` runs every workload of a grid file (bench/accuracy_grid.py: name, model,
 batch, shape, links, hooks, and whether it is held out of development) into ``OUT/NAME``,
@@ -197,7 +199,7 @@ def analyse_grid(grid: list[accuracy_grid.Workload], out: Path,
         try:
             mine = child(out, w.name, "name")   # a directory of its own, not a link out
             rows = found_rows(w.links, mine)
-            _write(mine / "accuracy.md", accuracy.table(rows))
+            _write(mine / "accuracy.md", accuracy.table(rows) + drift_lines(mine))
         except ConfigError as error:   # not measured yet, or its files unreadable
             missing = str(error)
         if missing is None and not rows:
@@ -205,7 +207,42 @@ def analyse_grid(grid: list[accuracy_grid.Workload], out: Path,
         measured.append(accuracy.Measured(w.name, w.label, w.held_out, tuple(rows),
                                           failed.get(w.name, missing) if not rows else None,
                                           failed.get(w.name)))
-    return accuracy.grid_table(measured) + drift_lines(out)
+    return accuracy.grid_table(measured) + grid_drift_lines(grid, out)
+
+
+def grid_drift_lines(grid: list[accuracy_grid.Workload], out: Path) -> str:
+    """Under the grid's table: the machine's drift over the whole run (every workload's
+    readings pooled, and the grid's own from runs before 2026-11-30, which measured it once
+    before the first workload and once after the last), then each workload whose own
+    readings, just before and after its rounds, drifted further than its ratios are checked
+    to. Measured hours apart, the workloads may have met different machines: on one 2-CPU
+    VM the same workload read 0.82-0.85 at 16:12-16:42 UTC and 0.99-1.02 at 18:38-19:08, the
+    model and the commands the same (results/reference/accuracy-grid-26/)."""
+    readings, named = _drift_readings(out), []
+    for w in grid:
+        try:
+            own = _drift_readings(child(out, w.name, "name"))
+        except ConfigError:                  # a name that is not a directory of ours
+            continue
+        readings.extend(own)
+        note = steadiness.named_caveat(w.name, steadiness.drifts(own))
+        if note:
+            named.append(f"- {note}")
+    found = steadiness.drifts(readings)
+    if not found:
+        return ""
+    note = steadiness.caveat(found)
+    text = "\n\n" + steadiness.describe(found) + (f"\n{note}" if note else "")
+    if named:
+        band = f"{1 - steadiness.CHECKED_TOLERANCE:.2f}-{1 + steadiness.CHECKED_TOLERANCE:.2f}"
+        text += ("\n\nworkloads whose own readings, just before and after their rounds, "
+                 f"drifted further than {band}:\n" + "\n".join(named))
+    return text
+
+
+def _drift_readings(out: Path) -> list[dict]:
+    path = out / STEADINESS_FILE
+    return list(record.read(path)) if path.is_file() else []
 
 
 def _checked(a: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
@@ -293,8 +330,13 @@ def run_grid(grid: list[accuracy_grid.Workload], nodes: list[int],
         try:
             out = child(a.out, w.name, "name")
             out.mkdir(exist_ok=True)
+            # The machine's drift just before and after this workload's rounds, in its own
+            # directory: the grid runs for hours, and a workload is checked against the
+            # machine it met (grid_drift_lines).
+            measure_drift(out, a.steady_s)
             for link in w.links:
                 measure(link, out, nodes, flags)
+            measure_drift(out, a.steady_s)
         except (subprocess.CalledProcessError, OSError, ConfigError) as error:
             failed[w.name] = f"failed: {error}"
             print(f"grid: {w.name} failed ({error}); going on with the rest", file=sys.stderr,
@@ -333,7 +375,8 @@ def main() -> int:
                    "CPUs of each emulated host, e.g. 0/0/1/1 (default: dealt round evenly)")
     p.add_argument("--steady-s", type=finite_float, default=steadiness_run.DEFAULT_SECONDS,
                    help="seconds of bench steadiness before the first round and after the "
-                   f"last (default: {steadiness_run.DEFAULT_SECONDS:g}; 0 skips it)")
+                   "last (of each workload, with --grid; default: "
+                   f"{steadiness_run.DEFAULT_SECONDS:g}; 0 skips it)")
     p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
     p.add_argument("--workloads", default=None, help="with --grid: only these (names)")
@@ -361,16 +404,14 @@ def main() -> int:
     if not a.analyse_only:
         a.out.mkdir(parents=True, exist_ok=True)
     try:
-        if not a.analyse_only:
-            measure_drift(a.out, a.steady_s)
         if grid is not None:
             failed = {} if a.analyse_only else run_grid(grid, nodes, a)
-            if not a.analyse_only:
-                measure_drift(a.out, a.steady_s)
             text = analyse_grid(grid, a.out, failed)
             _write(a.out / "grid.md", text)
             print(text)
             return 1 if failed else 0
+        if not a.analyse_only:
+            measure_drift(a.out, a.steady_s)
         for link in links:
             if not a.analyse_only:
                 measure(link, a.out, nodes, a)

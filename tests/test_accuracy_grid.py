@@ -243,17 +243,20 @@ def test_a_workload_that_fails_is_named_and_the_rest_are_measured(tmp_path, monk
 
     monkeypatch.setattr(script, "measure", measure)
     monkeypatch.setattr(script, "measure_drift",
-                        lambda out, seconds: measured.append(("drift", seconds)))
+                        lambda out, seconds: measured.append((out.name, "drift", seconds)))
     monkeypatch.setattr(sys, "argv", ["prediction_accuracy.py", "--grid", str(grid),
                                       "--nodes", "2", "--out", str(tmp_path / "out"),
                                       "--steady-s", "12"])
     assert script.main() == 1                 # a workload failed: not a clean run
-    # The machine's own drift before the first workload and after the last.
-    assert measured.pop(0) == ("drift", 12.0) and measured.pop() == ("drift", 12.0)
-    assert measured == [("first", "1gbit", "smallcnn", 64, "none,powersgd"),
-                        ("broken", "5gbit", "mlp", 8, "none"),
-                        ("last", "1gbit", "smallcnn", 64, "none,powersgd"),
-                        ("partial", "1gbit", "smallcnn", 64, "none,powersgd")]
+    # The machine's own drift just before and after each workload's rounds, in its own
+    # directory (one that failed has no reading after).
+    drift = [("first", "drift", 12.0), ("broken", "drift", 12.0), ("last", "drift", 12.0),
+             ("partial", "drift", 12.0)]
+    assert measured == [drift[0], ("first", "1gbit", "smallcnn", 64, "none,powersgd"),
+                        drift[0],
+                        drift[1], ("broken", "5gbit", "mlp", 8, "none"),
+                        drift[2], ("last", "1gbit", "smallcnn", 64, "none,powersgd"), drift[2],
+                        drift[3], ("partial", "1gbit", "smallcnn", 64, "none,powersgd")]
     table = (tmp_path / "out" / "grid.md").read_text()
     printed = capsys.readouterr()
     assert table.split("\n", 1)[1].strip() in printed.out     # the table, printed too
@@ -304,20 +307,60 @@ def test_analyse_only_rebuilds_the_grid_table_and_names_what_was_not_measured(tm
 
 
 def test_the_grid_table_ends_with_the_machines_drift_where_out_holds_it(tmp_path):
-    from bench import provenance, record
-
+    # A grid run before 2026-11-30 measured the drift once for the whole grid, in OUT.
     out = tmp_path / "out"
     _measured_copy(out / "smallcnn-b64-1gbit")
-    for cpu, rates in ((0, [100.0, 64.0, 110.0]), (1, [100.0, 99.0])):
-        record.append(out / "steadiness.jsonl", {
-            "schema_version": 1, "run_id": "r", "utc_time": "2026-11-30T09:00:00Z",
-            "mode": "steadiness", "status": "ok", "error": None, "cpu": cpu, "seconds": 15.0,
-            "window_s": 5.0, "rates": rates, "env": provenance.collect_head()})
+    _steadiness(out / "steadiness.jsonl", [(0, [100.0, 64.0, 110.0]), (1, [100.0, 99.0])])
     proc = _run("--grid", str(SHIPPED), "--out", str(out), "--analyse-only")
     assert proc.returncode == 0, proc.stderr
     tail = (out / "grid.md").read_text().rstrip().splitlines()[-2:]
     assert tail[0].startswith("this machine's own drift") and "CPU 0 0.64-1.10" in tail[0]
     assert "drift further by themselves (CPU 0" in tail[1]
+
+
+def _steadiness(path: Path, rates_by_cpu) -> None:
+    from bench import provenance, record
+
+    for cpu, rates in rates_by_cpu:
+        record.append(path, {
+            "schema_version": 1, "run_id": "r", "utc_time": "2026-11-30T09:00:00Z",
+            "mode": "steadiness", "status": "ok", "error": None, "cpu": cpu, "seconds": 15.0,
+            "window_s": 5.0, "rates": rates, "env": provenance.collect_head()})
+
+
+def test_a_grid_names_the_workloads_that_met_a_drifting_machine(tmp_path):
+    """Each workload's readings, just before and after its rounds, are its own: the grid
+    table names the one whose machine drifted past the band, pools every reading for the
+    run's line, and each workload's own table ends with its drift."""
+    out = tmp_path / "out"
+    steady, drifting = "smallcnn-b64-1gbit", "mlp2048x2-b8-1gbit"
+    for name, rates in ((steady, [100.0, 97.0, 103.0]), (drifting, [100.0, 68.0, 107.0])):
+        _measured_copy(out / name)
+        _steadiness(out / name / "steadiness.jsonl", [(0, rates), (1, [50.0, 51.0])])
+    proc = _run("--grid", str(SHIPPED), "--out", str(out), "--analyse-only")
+    assert proc.returncode == 0, proc.stderr
+    table = (out / "grid.md").read_text()
+    named = table.split("drifted further than 0.90-1.10:\n", 1)[1].strip().splitlines()
+    assert named == [f"- {drifting}: CPU 0 ran 0.68-1.07 of its median from one 5-s window "
+                     f"to another (sd 17%): its ratios outside 0.90-1.10 by less may be the "
+                     "machine's drift"]
+    pooled = [line for line in table.splitlines()
+              if line.startswith("this machine's own drift")]
+    assert len(pooled) == 1 and "CPU 0 0.68-1.07" in pooled[0] and "6 windows" in pooled[0]
+    own = (out / steady / "accuracy.md").read_text()
+    assert "CPU 0 0.97-1.03 of its median" in own and "drift further" not in own
+    assert "drift further by themselves (CPU 0 ran 0.68-1.07" in \
+        (out / drifting / "accuracy.md").read_text()
+
+
+def test_a_grid_with_steady_workloads_names_none(tmp_path):
+    out = tmp_path / "out"
+    _measured_copy(out / "smallcnn-b64-1gbit")
+    _steadiness(out / "smallcnn-b64-1gbit" / "steadiness.jsonl", [(0, [100.0, 95.0])])
+    proc = _run("--grid", str(SHIPPED), "--out", str(out), "--analyse-only")
+    assert proc.returncode == 0, proc.stderr
+    table = (out / "grid.md").read_text()
+    assert "this machine's own drift" in table and "drifted further than" not in table
 
 
 def test_the_drift_runs_bench_steadiness_into_out_and_a_failure_goes_on(tmp_path,

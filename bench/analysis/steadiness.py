@@ -74,3 +74,16 @@ def caveat(found: list[Drift], tolerance: float = CHECKED_TOLERANCE) -> str | No
             "window to another): a ratio outside that band by less may be the machine's "
             "drift, not the model's miss; rerun on steadier hosts, or with more REPEATS, to "
             "tell them apart")
+
+
+def named_caveat(name: str, found: list[Drift],
+                 tolerance: float = CHECKED_TOLERANCE) -> str | None:
+    """One line naming ``name`` (a workload of a grid) where its own readings drifted
+    further than its ratios are checked to; None where every CPU held within."""
+    worst = max(found, key=lambda d: d.beyond, default=None)
+    if worst is None or worst.beyond <= tolerance:
+        return None
+    return (f"{name}: CPU {worst.cpu} ran {worst.low:.2f}-{worst.high:.2f} of its median "
+            f"from one {worst.window_s:g}-s window to another (sd {worst.sd:.0%}): its "
+            f"ratios outside {1 - tolerance:.2f}-{1 + tolerance:.2f} by less may be the "
+            "machine's drift")

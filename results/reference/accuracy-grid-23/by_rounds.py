@@ -25,7 +25,9 @@ def lines(path: Path) -> list[str]:
 def main() -> int:
     directory = Path(sys.argv[1])
     lengths = [int(n) for n in sys.argv[2:]] or [1, 3]
-    (cells_file,) = [p for p in directory.glob("*.jsonl") if not p.stem.endswith("-comm")]
+    # A grid since 2026-11-30 also keeps the workload's steadiness readings beside them.
+    (cells_file,) = [p for p in directory.glob("*.jsonl")
+                     if not p.stem.endswith("-comm") and p.name != "steadiness.jsonl"]
     comm_file = directory / f"{cells_file.stem}-comm.jsonl"
     cells, sweeps = lines(cells_file), lines(comm_file)
     dtypes = {json.loads(s).get("dtype") for s in sweeps}
