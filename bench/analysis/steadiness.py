@@ -65,8 +65,8 @@ def describe(found: list[Drift]) -> str:
 def caveat(found: list[Drift], tolerance: float = CHECKED_TOLERANCE) -> str | None:
     """A line for next to a measured / predicted ratio where a CPU drifted by itself
     further than the ratio is checked to; None where every CPU held within it."""
-    worst = max(found, key=lambda d: d.beyond, default=None)
-    if worst is None or worst.beyond <= tolerance:
+    worst = _beyond(found, tolerance)
+    if worst is None:
         return None
     return (f"measured / predicted is checked to {1 - tolerance:.2f}-{1 + tolerance:.2f}, "
             f"but this machine's CPUs drift further by themselves (CPU {worst.cpu} ran "
@@ -80,10 +80,16 @@ def named_caveat(name: str, found: list[Drift],
                  tolerance: float = CHECKED_TOLERANCE) -> str | None:
     """One line naming ``name`` (a workload of a grid) where its own readings drifted
     further than its ratios are checked to; None where every CPU held within."""
-    worst = max(found, key=lambda d: d.beyond, default=None)
-    if worst is None or worst.beyond <= tolerance:
+    worst = _beyond(found, tolerance)
+    if worst is None:
         return None
     return (f"{name}: CPU {worst.cpu} ran {worst.low:.2f}-{worst.high:.2f} of its median "
             f"from one {worst.window_s:g}-s window to another (sd {worst.sd:.0%}): its "
             f"ratios outside {1 - tolerance:.2f}-{1 + tolerance:.2f} by less may be the "
             "machine's drift")
+
+
+def _beyond(found: list[Drift], tolerance: float) -> Drift | None:
+    """The CPU that strayed farthest, where that is further than ``tolerance``."""
+    worst = max(found, key=lambda d: d.beyond, default=None)
+    return worst if worst is not None and worst.beyond > tolerance else None
