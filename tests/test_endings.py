@@ -675,6 +675,67 @@ def test_a_row_the_console_lost_is_found_in_the_results_file_by_its_job(tmp_path
     assert [r["job_id"] for r in printed.records(results, "job-a")] == ["job-b"]
 
 
+def _printed_torn(rec: dict) -> list[str]:
+    """The console lines of ``rec`` printed whole, then cut in transit so that its parts
+    still join into a JSON object: its middle, mode and status among it, gone (as
+    docker-compose 1.29 cut one 3,000-character part at 1,131 and the parts still parsed)."""
+    console = io.StringIO()
+    record.emit({k: v for k, v in rec.items() if k not in ("mode", "status")}, console)
+    return console.getvalue().splitlines()
+
+
+def test_a_record_cut_in_transit_is_not_the_row(tmp_path):
+    """An object the console carried that is not a valid record is not the job's row: its
+    copy in the results file is, and with none on this host, nothing, ``torn`` saying why."""
+    results = tmp_path / "runs.jsonl"
+    mine = dict(OK_RECORD, job_id="job-a")
+    outcome = _outcome(["bench-node: node 0 of 1", *_printed_torn(mine), "[bench] ok"])
+    assert outcome.records() == []
+    (problem,) = outcome.torn()
+    assert "no mode field" in problem
+    results.write_text(json.dumps(mine) + "\n")
+    (found,) = outcome.records(results, "job-a")
+    assert found == mine
+    # A whole record printed beside a torn one is taken, and only it.
+    console = io.StringIO()
+    record.emit(mine, console)
+    both = _outcome([*_printed_torn(mine), *console.getvalue().splitlines()])
+    assert both.records() == [mine] and len(both.torn()) == 1
+
+
+class _TornRecordLauncher:
+    """Every job ends well, its node having printed a record cut in transit; with
+    ``copy``, rank 0's own copy of the record is in the job's results file."""
+    name = "native"
+
+    def __init__(self, copy: bool) -> None:
+        self.copy = copy
+
+    def launch(self, job):
+        now = time.time()   # the steps ran just now, after the launch
+        rec = dict(OK_RECORD, job_id=job.job_id, first_step_done=now, last_step_done=now)
+        if self.copy:
+            job.results.parent.mkdir(parents=True, exist_ok=True)
+            record.append(job.results, rec)
+        return _outcome(["bench-node: node 0 of 1", *_printed_torn(rec)])
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_the_matrix_writes_one_true_row_for_a_record_cut_in_transit(copy, tmp_path):
+    results = tmp_path / "runs.jsonl"
+    cfg = matrix.MatrixConfig.from_args(["--models", "smallcnn", "--results", str(results),
+                                         "--", "--steps", "2"], "bench matrix")
+    code = matrix.run(cfg, _TornRecordLauncher(copy))
+    (rec,) = record.load(results)           # one row, valid, whichever way it went
+    if copy:
+        assert code == 0 and rec["status"] == "ok" and rec["samples_per_s"] == \
+            OK_RECORD["samples_per_s"]
+    else:
+        assert code == 1 and rec["status"] == "error"
+        assert "printed record reached this host cut short" in rec["error"]
+        assert "no mode field" in rec["error"]
+
+
 @pytest.mark.e2e
 def test_a_real_rank_records_its_job_id_for_a_console_that_printed_nothing(tmp_path):
     """A rank under torchrun, its console thrown away: the row appended to the results file

@@ -33,6 +33,10 @@ from bench.options import ConfigError, on_head
 from bench.topology import Topology
 from conftest import EXAMPLE_ENV, REPO
 
+# A valid record: the launcher's outcome takes no other from a pod's log.
+VALID_RECORD = json.loads((REPO / "tests" / "fixtures" / "table-fixture.jsonl")
+                          .read_text().splitlines()[0])
+
 # The Kubernetes release whose schemas the manifests must satisfy: the newest that
 # kubernetes-validate (pinned in requirements-host.txt) ships.
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -436,7 +440,7 @@ def test_a_job_that_cannot_run_is_an_error_row_with_the_reason(tmp_path, pods, j
 
 
 def test_a_completed_job_gives_pod_zeros_record(tmp_path):
-    ok = {"status": "ok", "run_id": "r1", "nnodes": 2}
+    ok = dict(VALID_RECORD, run_id="r1")
     pods = [pod(0, phase="Succeeded", state=terminated(0, "Completed")),
             pod(1, phase="Succeeded", state=terminated(0, "Completed"))]
     state = k8s.verdict(condition("Complete"), pods)
@@ -492,7 +496,7 @@ def _calls(here: Path) -> list[list[str]]:
 
 
 def test_launch_applies_waits_collects_and_deletes(tmp_path, fake_kubectl):
-    ok = {"status": "ok", "run_id": "r1", "nnodes": 2}
+    ok = dict(VALID_RECORD, run_id="r1")
     pods = [pod(0, phase="Succeeded", state=terminated(0, "Completed")),
             pod(1, phase="Succeeded", state=terminated(0, "Completed"))]
     (fake_kubectl / "pods.json").write_text(json.dumps({"items": pods}))

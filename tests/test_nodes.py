@@ -2,6 +2,7 @@
 launcher's neighbours: real processes, no namespaces."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -124,7 +125,9 @@ lines = []
 class Catch:
     def write(self, text): lines.append(text)
     def flush(self): pass
-record.emit({"status": "ok", "filler": "x" * 5000}, Catch())
+# A valid record (the matrix takes no other from a console), in two parts.
+rec = json.loads(open(sys.argv[1]).readline())
+record.emit(rec, Catch())
 text = "".join(lines)
 cut = len(text) - 40
 sys.stdout.write(text[:cut]); sys.stdout.flush()
@@ -136,12 +139,13 @@ sys.stdout.write(text[cut:]); sys.stdout.flush()
 def test_a_record_survives_a_stderr_line_written_in_the_middle_of_its_line(tmp_path):
     import sys
 
-    node = NodeCommand(0, "node0", [sys.executable, "-c", SPLICED],
+    fixture = Path(__file__).resolve().parent / "fixtures" / "table-fixture.jsonl"
+    node = NodeCommand(0, "node0", [sys.executable, "-c", SPLICED, str(fixture)],
                        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     outcome = run_nodes([node], deadline_s=60, log_dir=tmp_path / "logs")
     assert outcome.ok, outcome.nodes[0].output
     (found,) = outcome.records()
-    assert found == {"status": "ok", "filler": "x" * 5000}
+    assert found == json.loads(fixture.read_text().splitlines()[0])
     # stderr still reaches the node's output and its log, a whole line.
     assert "[bench] ok: 1.0 samples/s" in outcome.nodes[0].output
     log = (tmp_path / "logs" / "node0.log").read_text().splitlines()

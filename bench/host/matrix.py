@@ -516,6 +516,10 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
         records = outcome.records(job.results, job_id)
         rec = records[0] if records else dict(failure_record(train_cfg, cell.topology),
                                                job_id=job_id)
+        if not records and (torn := outcome.torn()):
+            # A record printed and cut in transit, its copy not on this host: say so.
+            rec["error"] = (f"the job's printed record reached this host cut short "
+                            f"({torn[0]}), and no copy of it is in {job.results} here")
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
         section = _matrix_section(cfg, matrix_id, index, repeat, cell, train_cfg, job_id,

@@ -50,15 +50,36 @@ class JobOutcome:
         was, the rows of job ``job_id`` that rank 0 appended to ``results``, where that file
         is on this host. A record can be appended and still not reach the console:
         docker-compose 1.29 has cut a container's last lines off as it exited, and the job
-        must not then get a second, failed row beside its real one."""
+        must not then get a second, failed row beside its real one.
+
+        Only a valid record of its mode is taken from the console (``torn``): docker-compose
+        1.29 has also cut one 3,000-character part of a printed record at 1,131 characters,
+        and the parts still joined into a JSON object, the record's middle (its mode and
+        status among it) gone. Its copy in ``results`` is then the row."""
         found = []
         for node in self.nodes:
-            # A wrapper that prints the node's stdout on its own stderr leaves stdout bare.
-            printed = record.parse_stdout("\n".join(node.stdout)) if node.stdout else []
-            found += printed or record.parse_stdout("\n".join(node.output))
+            found += _valid(_printed(node))
         if found or results is None or job_id is None:
             return found
         try:
             return [rec for rec in record.read(results) if rec.get("job_id") == job_id]
         except record.ResultsError:   # not on this host (another node's disk), or unreadable
             return []
+
+    def torn(self) -> list[str]:
+        """Why each record a node printed is not a valid record (``records`` leaves them
+        out): what reached this host of a record cut in transit."""
+        return [problem for node in self.nodes for rec in _printed(node)
+                if (problem := record.problem_of(rec)) is not None]
+
+
+def _printed(node: NodeOutcome) -> list[dict]:
+    """The JSON objects a node printed as records: from its stdout where the launcher read
+    it apart (a wrapper that prints the node's stdout on its own stderr leaves stdout
+    bare), else from its merged output."""
+    printed = record.parse_stdout("\n".join(node.stdout)) if node.stdout else []
+    return printed or record.parse_stdout("\n".join(node.output))
+
+
+def _valid(printed: list[dict]) -> list[dict]:
+    return [rec for rec in printed if record.problem_of(rec) is None]
