@@ -12,7 +12,7 @@ from pathlib import Path
 from bench import record
 from bench.config import MAX_TIMEOUT_S, OneLineErrorParser, TrainConfig
 from bench.host import gpus
-from bench.host.failures import describe_failure, failure_record
+from bench.host.failures import describe_failure, failure_record, torn_record_error
 from bench.host.launchers.base import JobSpec
 from bench.host.launchers.compose import SERVICES, ComposeLauncher, ComposeOptions
 from bench.host.settings import NodeSettings, check_data_volume, load
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
     if not records and (not args.only_this_node or node.node_rank == 0):
         rec = failure_record(train_cfg, Topology(node.nnodes, node.nproc_per_node))
         rec["job_id"] = job_id
+        if torn := outcome.torn():   # printed, but cut in transit
+            rec["error"] = torn_record_error(torn[0], args.results)
         if not outcome.ok:
             rec = describe_failure(rec, outcome, args.deadline)
         record.append(args.results, rec)

@@ -154,6 +154,13 @@ def exit_text(returncode: int | None) -> str:
     return f"exited {returncode}"
 
 
+def torn_record_error(problem: str, results: object) -> str:
+    """The row's error for a job whose record reached this host cut in transit
+    (``JobOutcome.torn``) and whose copy is not in ``results`` here."""
+    return (f"the job's printed record reached this host cut short ({problem}), and no "
+            f"copy of it is in {results} here")
+
+
 def failure_record(cfg: TrainConfig | AllreduceConfig | AcceptConfig,
                    topology: Topology) -> dict:
     """A record for a job whose trainer wrote none (a node died before rank 0 could)."""

@@ -45,7 +45,7 @@ from bench.config import (
     TrainConfig,
 )
 from bench.host import gpus, ports
-from bench.host.failures import describe_failure, failure_record
+from bench.host.failures import describe_failure, failure_record, torn_record_error
 from bench.host.launchers import JobSpec, Launcher, registry
 from bench.host.launchers.compose import ComposeOptions
 from bench.host.launchers.flags import LaunchContext
@@ -518,8 +518,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                                                job_id=job_id)
         if not records and (torn := outcome.torn()):
             # A record printed and cut in transit, its copy not on this host: say so.
-            rec["error"] = (f"the job's printed record reached this host cut short "
-                            f"({torn[0]}), and no copy of it is in {job.results} here")
+            rec["error"] = torn_record_error(torn[0], job.results)
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
         section = _matrix_section(cfg, matrix_id, index, repeat, cell, train_cfg, job_id,
