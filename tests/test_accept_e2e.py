@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -112,6 +113,27 @@ def accept_clean(out, *launcher: str, env: dict | None = None) -> subprocess.Com
                           text=True, timeout=900)
 
 
+# A clean cluster is judged twice at most, as the straggler test's clean run is
+# (tests/test_netlab_e2e.py): on this 2-CPU VM one CPU runs up to twice as slow as minutes
+# before (results/reference/neighbour-state/), and a device row judged against its one peer
+# then fails a clean cluster now and then (twice in five runs on 2026-11-30, node 1's
+# training 25-27% below node 0's). Two failures in a row fail the test.
+CLEAN_TRIES = 2
+
+
+def accept_clean_twice(out, *launcher: str, env: dict | None = None):
+    """``accept_clean`` into OUT, and once more into OUT-2 where the first verdict failed:
+    the last run's process and the directory of its verdict."""
+    for attempt in range(1, CLEAN_TRIES + 1):
+        where = out if attempt == 1 else out.with_name(f"{out.name}-{attempt}")
+        proc = accept_clean(where, *launcher, env=env)
+        if proc.returncode == 0 or attempt == CLEAN_TRIES:
+            return proc, where
+        warnings.warn(f"clean cluster, run {attempt} of {CLEAN_TRIES}: rc "
+                      f"{proc.returncode}; {proc.stdout[-1500:]}", stacklevel=1)
+    raise AssertionError("unreachable")
+
+
 def assert_clean_pass(proc: subprocess.CompletedProcess, out) -> None:
     """Exit 0, and a verdict with no FAIL: the preflight row, one set of device rows per
     node, the pair's link row and the job row; the table on failure, as a CI log shows it."""
@@ -162,8 +184,9 @@ def test_a_clean_cluster_passes_over_ssh(pinned_loopback_sshd, tmp_path):
     cpus = [cpus_of(["ssh", "-F", config, "--", host]) for host in LOOPBACK_HOSTS]
     assert len({c[0] for c in cpus}) == 2, cpus
     out = tmp_path / "accept"
-    proc = accept_clean(out, "--launcher", "ssh", "--hosts", ",".join(LOOPBACK_HOSTS),
-                        "--runtime", "native", "--ssh-config", config)
+    proc, out = accept_clean_twice(out, "--launcher", "ssh", "--hosts",
+                                   ",".join(LOOPBACK_HOSTS), "--runtime", "native",
+                                   "--ssh-config", config)
     assert_clean_pass(proc, out)
 
 
@@ -180,5 +203,5 @@ def test_a_clean_cluster_passes_on_slurm(pinned_slurm, tmp_path):
     cpus = cpus_of(["srun", "--nodes=2", "--ntasks-per-node=1"], pinned_slurm)
     assert len(set(cpus)) == 2, cpus
     out = tmp_path / "accept"
-    proc = accept_clean(out, "--launcher", "slurm", env=pinned_slurm)
+    proc, out = accept_clean_twice(out, "--launcher", "slurm", env=pinned_slurm)
     assert_clean_pass(proc, out)
