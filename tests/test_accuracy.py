@@ -175,17 +175,30 @@ def test_the_one_node_cells_neighbours_are_more_samples_of_the_baseline(tmp_path
     assert "matrix.logs" in capsys.readouterr().err
 
 
-def test_the_command_counts_the_neighbours_unless_told_not_to(tmp_path, capsys):
-    cell = _one_node_cell(tmp_path, 100.0, [_record(1, "none", 12.5e6, 90.0)] * 3)
+def _copy(job: str, step_s: float) -> dict:
+    """A neighbour host's copy of the one-node cell (its torchrun job ``job``), at this step."""
+    rec = _record(1, "none", 12.5e6, 16 / step_s)
+    rec["job_id"] = job
+    rec["bucket_timeline"]["step_s"] = step_s
+    return rec
+
+
+def test_the_command_starts_from_the_rounds_slowest_host_unless_told_not_to(tmp_path,
+                                                                          capsys):
+    # The cell (0.15 s a step) and two neighbour hosts at the same moment (0.20 s, 0.12 s);
+    # host n1 ran a second copy after its first (0.30 s), beside the cell's end: not kept.
+    cell = _one_node_cell(tmp_path, 100.0, [_copy("M-c1r1-n1", 0.20), _copy("M-c1r1-n2", 0.12),
+                                            _copy("M-c1r1-n1", 0.30)])
     measured = _record(2, "none", 12.5e6, 150.0)
     results, sweeps = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
     results.write_text(json.dumps(cell) + "\n" + json.dumps(measured) + "\n")
     sweeps.write_text(json.dumps(_sweep_over(2, 0.12)) + "\n")
-    one_node = re.compile(r"\| none \(float32\) \| 2 \| [\d.]+ \((\d+)\) \|")
+    one_node = re.compile(r"\| none \(float32\) \| 2 \| ([\d.]+) \((\d+)\) \|")
     assert accuracy.main([str(results), "--link-from", str(sweeps)]) == 0
-    assert one_node.search(capsys.readouterr().out).group(1) == "4"
+    # Two of the three hosts: expected slowest (0.15 + 2 x 0.20) / 3 s, nearest the 0.20.
+    assert one_node.search(capsys.readouterr().out).groups() == ("80.0", "1")
     assert accuracy.main([str(results), "--link-from", str(sweeps), "--no-neighbours"]) == 0
-    assert one_node.search(capsys.readouterr().out).group(1) == "1"
+    assert one_node.search(capsys.readouterr().out).groups() == ("106.7", "1")
 
 
 @pytest.mark.parametrize("args,setting", [

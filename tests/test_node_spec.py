@@ -62,8 +62,10 @@ class Captured:
         self.commands: list[NodeCommand] = []
         self.cleanup = None
 
-    def __call__(self, commands, *, deadline_s, log_dir=None, cleanup=None, cwd=None):
+    def __call__(self, commands, *, deadline_s, log_dir=None, cleanup=None, cwd=None,
+                 background_done=None):
         self.commands, self.cleanup = list(commands), cleanup
+        self.background_done = background_done
         return JobOutcome([], False, 0.0, None)
 
 

@@ -2,6 +2,7 @@
 launcher's neighbours: real processes, no namespaces."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -38,6 +39,54 @@ def test_background_nodes_run_until_the_job_ends_and_are_then_stopped(tmp_path):
     assert [n.returncode for n in outcome.nodes] == [0, 0]
     assert outcome.nodes[0].output == ["done"]
     assert not _alive(int(pid_file.read_text())), "the neighbour outlived the job"
+
+
+def test_background_nodes_run_on_after_the_job_until_the_launcher_says_done(tmp_path):
+    # The neighbour writes its first record 2 s after the job's node has ended; it is
+    # stopped only then, and its record is there.
+    marker = tmp_path / "first-copy"
+    job = NodeCommand(0, "node0", ["true"])
+    neighbour = NodeCommand(1, "neighbour1", ["sh", "-c", f"sleep 2; echo one > {marker}; "
+                                              "exec sleep 60"], background=True)
+    started = time.monotonic()
+    outcome = run_nodes([job, neighbour], deadline_s=120, background_done=marker.exists)
+    waited = time.monotonic() - started
+    assert marker.exists() and 1.5 < waited < 30, waited
+    assert outcome.ok and [n.returncode for n in outcome.nodes] == [0, 0]
+
+
+def test_the_wait_for_background_nodes_ends_when_they_end_or_at_the_deadline(tmp_path):
+    never = tmp_path / "never"
+    job = NodeCommand(0, "node0", ["true"])
+    # A neighbour that ends (its loop failed) without the record: no waiting on it.
+    gone = NodeCommand(1, "neighbour1", ["sh", "-c", "sleep 1; exit 4"], background=True)
+    started = time.monotonic()
+    outcome = run_nodes([job, gone], deadline_s=120, background_done=never.exists)
+    assert time.monotonic() - started < 30 and outcome.ok and not outcome.timed_out
+    # A neighbour that never writes it: stopped at the job's deadline, not a timeout.
+    stuck = NodeCommand(1, "neighbour1", ["sleep", "60"], background=True)
+    started = time.monotonic()
+    outcome = run_nodes([job, stuck], deadline_s=3, background_done=never.exists)
+    assert 2.5 < time.monotonic() - started < 30
+    assert outcome.ok and not outcome.timed_out and outcome.nodes[1].returncode == 0
+
+
+def test_the_job_waits_for_every_spare_hosts_first_copy(tmp_path):
+    lab = netlab.Lab(4, 10**9, cpus_per_node=1)
+    job = JobSpec(job_id="job", module="bench.rank.train", workload_args=("--steps", "3"),
+                  topology=Topology(2, 1), master_port=29500, rdzv_timeout=60,
+                  results=tmp_path / "runs.jsonl", log_dir=tmp_path, deadline_s=60)
+    done = netns.first_copies_done(lab, job)
+    assert done is not None and not done()          # nothing written yet
+    copies = tmp_path / "neighbours.jsonl"
+    copies.write_text(json.dumps({"job_id": "job-n2"}) + "\n" + json.dumps({"job_id": "job-n2"})
+                      + "\n{torn")
+    assert not done()                               # host 3's copy has not ended
+    copies.write_text(copies.read_text() + "\n" + json.dumps({"job_id": "job-n3"}) + "\n")
+    assert done()
+    # A job on every host has no neighbour to wait for.
+    assert netns.first_copies_done(lab, dataclasses.replace(job, topology=Topology(4, 1))) \
+        is None
 
 
 def test_a_background_node_that_fails_fails_the_job(tmp_path):

@@ -135,10 +135,11 @@ def test_a_neighbours_copy_is_in_its_cells_round(tmp_path):
     cell["matrix"]["repeat"] = 7
     (found,) = accuracy.baseline_copies([cell], tmp_path / "runs.jsonl")
     assert rounds.round_of(found) == ("M", 7) and found["samples_per_s"] == 90.0
-    # A cell written by no matrix repeat gives its copies none.
+    assert found["matrix"]["copy_of"] == cell["run_id"]     # and it ran beside this cell
+    # A cell written by no matrix repeat gives its copies none; they still name the cell.
     cell["matrix"]["repeat"] = "seven"
     (found,) = accuracy.baseline_copies([cell], tmp_path / "runs.jsonl")
-    assert "matrix" not in found
+    assert rounds.round_of(found) is None and found["matrix"] == {"copy_of": cell["run_id"]}
 
 
 def test_bench_predict_says_how_precisely_its_rounds_check_each_ratio(tmp_path, capsys):

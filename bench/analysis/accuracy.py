@@ -19,10 +19,10 @@ has them: gloo sums on the CPU, and its cost per byte depends on the type.
 
 On emulated hosts (``--launcher netns``) a one-node cell runs beside neighbours: an
 identical one-node copy of the job on every other emulated host, at the same time, on the
-same share of the CPUs (see bench/host/launchers/netns.py). Each is as much a sample of the
-one-node baseline as the job itself, and the baseline is the noisiest figure here (four
-processes on two CPUs: one copy's samples/s spreads by up to half between repeats), so
-``baseline_copies`` adds them to the repeats the prediction and its band start from.
+same share of the CPUs (see bench/host/launchers/netns.py). Each is a sample of the one-node
+baseline taken at the same moment on another host, so ``baseline_copies`` adds them to the
+repeats, and an N-node prediction starts, round by round, from the slowest of N of the
+round's hosts: the pace a job in lockstep keeps to (``host_copies``).
 
 The model predicts hosts alike: a measured N-node run whose slowest rank the matrix named
 (``straggler`` in its record: one rank's work at least 8% over the median rank's, past 3
@@ -49,7 +49,7 @@ import sys
 from pathlib import Path
 
 from bench import record
-from bench.analysis import breakdown, rounds
+from bench.analysis import breakdown, host_copies, rounds
 from bench.analysis.predict import (
     LinkRange,
     Predicted,
@@ -64,7 +64,6 @@ from bench.analysis.predict import (
 from bench.analysis.steadiness import CHECKED_TOLERANCE
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.paths import child
 from bench.units import format_rate
 
 # The goal: measured / predicted within this range for every row (0.90-1.10).
@@ -76,8 +75,9 @@ class Row:
     link: str                      # the link's rate, e.g. 1 Gbit/s
     hook: str
     one_node: float                # the 1-node samples/s the prediction starts from: the
-    #                                median step of the median repeat's bucket timeline
-    one_node_samples: int          # how many 1-node records it is the median of
+    #                                median step of the median repeat's bucket timeline,
+    #                                each round's slowest of N hosts (host_copies)
+    one_node_samples: int          # how many 1-node records (rounds) it is the median of
     sweep_dtype: str               # the element type of the sweeps it was predicted on
     at_n: Predicted                # from the sweep over N nodes
     from_two: Predicted | None     # from the sweep over 2 nodes, carried to N
@@ -98,31 +98,8 @@ def sweeps_of(records: list[dict]) -> list[dict]:
 
 
 def baseline_copies(records: list[dict], results: Path) -> list[dict]:
-    """The neighbours' records of every ok one-node cell in ``records`` (read from
-    ``results``): same setup, same time, same CPU share as the cell's own record. They are
-    in ``neighbours.jsonl`` in the cell's log directory, which the matrix puts beside the
-    results file (logs/JOB); a missing or unreadable one adds nothing."""
-    copies = []
-    for rec in record.training(records):
-        logs = (rec.get("matrix") or {}).get("logs")
-        if rec.get("status") != "ok" or rec.get("nnodes") != 1 or not isinstance(logs, str):
-            continue
-        try:
-            # The record names the directory; only its last component is used, and only
-            # where it is a plain name inside logs/ (a record could say "..").
-            path = child(results.parent / "logs", Path(logs).name, "matrix.logs") \
-                / "neighbours.jsonl"
-            found = list(record.read(path)) if path.is_file() else []
-        except ConfigError as error:   # a bad name, or a file that cannot be read
-            print(f"warning: {results}: {error}", file=sys.stderr)
-            continue
-        # Each copy ran in its cell's round (rounds.round_of): it says so, for the rounds.
-        cell_round = rounds.round_of(rec)
-        stamp = {} if cell_round is None else \
-            {"matrix": {"id": cell_round[0], "repeat": cell_round[1]}}
-        copies += [{**c, **stamp} for c in record.training(found) if c.get("status") == "ok"
-                   and c.get("nnodes") == 1 and setup_key(c) == setup_key(rec)]
-    return copies
+    """The neighbours' copies of the one-node cells in ``records`` (``host_copies``)."""
+    return host_copies.baseline_copies(records, results, setup_key)
 
 
 def _over(sweeps: list[dict], nodes: int) -> LinkRange | None:
@@ -155,7 +132,7 @@ def rows(records: list[dict], sweeps: list[dict]) -> list[Row]:
                     continue
                 rate = format_rate(at_n.point.rate_bps) if at_n.point.rate_bps else "?"
                 found.append(Row(rate, hook, p.scaling.samples_per_step_node
-                                 / p.scaling.base_step_s, len(repeats[p.setup]),
+                                 / p.scaling.base_step_s, p.repeats,
                                  typed[-1].get("dtype", "float32"), p,
                                  carried.get((p.setup, n)),
                                  _named(runs.get((p.setup, n), [])),

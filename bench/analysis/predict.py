@@ -197,7 +197,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench import record
-from bench.analysis import envelope, rounds, steadiness
+from bench.analysis import envelope, host_copies, rounds, steadiness
 from bench.analysis.prediction import (
     Lever,
     Link,
@@ -469,10 +469,11 @@ def predictions(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[
     ``measured``: ``measured_rates(records, links.point)``."""
     measured = measured or {}
     found = []
-    for key, recs in repeats.items():
-        median = median_repeat(recs)
-        timelines = [(Timeline.of(rec), rec["global_batch_size"]) for rec in recs]
+    for key, pooled in repeats.items():
         for n in nodes:
+            recs = paced(pooled, n)
+            median = median_repeat(recs)
+            timelines = [(Timeline.of(rec), rec["global_batch_size"]) for rec in recs]
             point = scaling(Timeline.of(median), links.point, n, median["global_batch_size"])
             steps = [(predict_step(timeline, link, n).step_s, per_node)
                      for timeline, per_node in timelines for link in links.ends]
@@ -482,6 +483,14 @@ def predictions(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[
                 Band.around(point.prediction.step_s, (s for s, _ in steps)),
                 len(recs), links.sweeps, tuple(measured.get((key, n), ()))))
     return found
+
+
+def paced(repeats: list[dict], nodes: int) -> list[dict]:
+    """A setup's one-node repeats as ``nodes`` hosts in lockstep compute: each round's
+    slowest of that many of its hosts where a round holds several (a cell and its emulated
+    neighbours' copies, ``host_copies.paced_by_slowest``), the slowest step first."""
+    return sorted(host_copies.paced_by_slowest(repeats, nodes, _timeline_step_s),
+                  key=_timeline_step_s, reverse=True)
 
 
 def ratios_by_round(records: list[dict], setup: tuple, nodes: int,
@@ -504,11 +513,26 @@ def ratios_by_round(records: list[dict], setup: tuple, nodes: int,
     return rounds.Rounds(tuple(ratios))
 
 
+def _paced_lines(recs: list[dict], nodes: list[int]) -> list[str]:
+    """Where the repeats hold emulated neighbours' copies: what each node count starts from
+    instead of the median repeat (``paced``)."""
+    copies = sum(1 for rec in recs if (rec.get("matrix") or {}).get(host_copies.COPY_OF))
+    if not copies:
+        return []
+    starts = ", ".join(f"{median_repeat(paced(recs, n))['bucket_timeline']['step_s'] * 1e3:.1f}"
+                       f" ms at {n} nodes" for n in nodes)
+    return [f"emulated hosts: {copies} of these repeats are neighbours' copies run beside "
+            f"a cell; N nodes in lockstep compute at their slowest host's pace, so each N "
+            f"starts from every round's slowest of N hosts (--no-neighbours: the cells "
+            f"alone): median step {starts}"]
+
+
 def lever_bands(repeats: dict[tuple, list[dict]], key: tuple, links: LinkRange,
                 nodes: int) -> list[tuple[Lever, Band]]:
     """The levers of one setup at ``nodes`` (from its median repeat on the link as given,
     ranked by N-node samples/s), each with the band of its N-node samples/s: over the
     repeats the lever starts from (this setup's; a comm hook's own) on either link end."""
+    repeats = {k: paced(recs, nodes) for k, recs in repeats.items()}
     others = {k[-1]: recs for k, recs in repeats.items() if k[:-1] == key[:-1] and k != key}
     median, others_median = median_repeat(repeats[key]), \
         {hook: median_repeat(recs) for hook, recs in others.items()}
@@ -601,8 +625,9 @@ def report(repeats: dict[tuple, list[dict]], links: LinkRange, nodes: list[int],
         by_setup.setdefault(row.setup, []).append(row)
     for key, rows in by_setup.items():
         caveat = envelope.line(median_repeat(repeats[key]), link.rate_bps, nodes)
-        lines += ["", *_setup_lines(key, repeats[key]), *([caveat] if caveat else []),
-                  band_source(len(repeats[key]), links),
+        lines += ["", *_setup_lines(key, repeats[key]), *_paced_lines(repeats[key], nodes),
+                  *([caveat] if caveat else []),
+                  band_source(rows[0].repeats, links),
                   "", "| nodes | step ms [band] | samples/s [band] | speedup | efficiency | "
                   "all-reduce ms | hidden | compute later ms | measured samples/s | "
                   "measured/predicted | measured vs band |",
@@ -765,6 +790,10 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p.add_argument("--steadiness", type=Path, help="a results file of bench steadiness run "
                    "on the hosts that measured: how far their CPUs drift by themselves is "
                    "printed beside measured / predicted")
+    p.add_argument("--no-neighbours", action="store_true", help="emulated hosts: start from "
+                   "the one-node cells' own records only, not also from the copies their "
+                   "neighbours ran at the same time (by default each round's slowest of N "
+                   "hosts is the N-node baseline)")
     args = p.parse_args(argv)
     try:
         nodes = parse_positive_ints(args.nodes, "--nodes")
@@ -776,7 +805,12 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
                               "--link-from uses the measured one: drop --latency")
         where = parse_where(args.where)
         # Each file must hold a valid record; invalid lines are skipped with a warning.
-        records = select([r for f in args.results for r in record.load(f, "results")], where)
+        loaded = []
+        for path in args.results:
+            mine = record.load(path, "results")
+            loaded += mine if args.no_neighbours else \
+                mine + host_copies.baseline_copies(mine, path, setup_key)
+        records = select(loaded, where)
         chosen_link = link_of(args)
         drift = drift_of(args.steadiness) if args.steadiness else None
     except ConfigError as error:

@@ -9,11 +9,13 @@ slowly beside a busy neighbour than alone. To keep cells comparable, a job with 
 nodes than the matrix's largest (``lab_nodes``) runs beside neighbours: on each spare
 emulated host, an independent one-node copy of the same job, whose records are kept apart
 (``neighbours.jsonl`` in the job's log directory). A neighbour starts its copy again each
-time it ends and is stopped when the job is over: a one-node copy ends long before an N-node
-job whose step waits on the link, and the job's nodes would then compute on idle CPUs for
-the rest of it (two nodes on two CPUs computed twice as fast as the one-node baseline beside
-three busy neighbours, and the prediction read 11% low). Every node of every cell then
-computes beside the same number of busy hosts, as each node of the largest cell does.
+time it ends and is stopped when the job is over and its first copy has ended (so that
+every host's pace of that moment is kept, the slower ones' too): a one-node copy ends long
+before an N-node job whose step waits on the link, and the job's nodes would then compute
+on idle CPUs for the rest of it (two nodes on two CPUs computed twice as fast as the
+one-node baseline beside three busy neighbours, and the prediction read 11% low). Every
+node of every cell then computes beside the same number of busy hosts, as each node of the
+largest cell does.
 
 A host can be made slow on purpose, a straggler to detect: ``--host-cpu-quota`` caps each
 host's CPU time (a cgroup per host), ``--host-links`` gives hosts their own link rates.
@@ -22,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.host import cgroups, contract, gpus, lab_nfs, netlab
@@ -89,6 +93,36 @@ RESTART = ["sh", "-c", 'while :; do "$@" || exit; done', "neighbour"]
 def neighbours_results(job: JobSpec) -> Path:
     """Where the neighbours' records go, apart from the job's."""
     return job.log_dir / "neighbours.jsonl"
+
+
+def first_copies_done(lab: netlab.Lab, job: JobSpec) -> Callable[[], bool] | None:
+    """Whether every spare host's first copy has written its record (None: no spare host).
+
+    The job waits for them before stopping its neighbours: each copy started with the job,
+    and a copy stopped when the job ended would leave a record only where it ran faster
+    than the job's node, so the records kept would say the hosts are faster than they are
+    (70% of 157 kept copies had read faster than their cell, before this wait). With every
+    host's record, a round has each host's pace at the same moment, and the N-node
+    prediction starts from the slowest (bench/analysis/host_copies.py)."""
+    wanted = {neighbour(job, host.rank, Path()).job_id for host in lab.nodes
+              if host.rank >= job.topology.nodes}
+    if not wanted:
+        return None
+    path = neighbours_results(job)
+
+    def done() -> bool:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:      # not written yet
+            return False
+        found = set()
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    found.add(rec.get("job_id"))
+        return wanted <= found
+    return done
 
 
 def parse_quotas(text: str, setting: str) -> tuple[float, ...]:
@@ -300,7 +334,8 @@ class NetnsLauncher:
                 print(f"[netlab] {lab.describe()}", file=sys.stderr, flush=True)
                 nodes = commands(lab, job, neighbours_results(job))
                 outcome = run_nodes(native.in_temp_dir(nodes, temp_dir),
-                                    deadline_s=job.deadline_s, log_dir=job.log_dir)
+                                    deadline_s=job.deadline_s, log_dir=job.log_dir,
+                                    background_done=first_copies_done(lab, job))
         except netlab.LabError as error:  # this job's lab failed: a row, not a crash
             return failed_to_start("netlab", str(error))
         # The job's own nodes; a neighbour that failed is still the culprit (it stopped it).

@@ -6,7 +6,8 @@ module starts them, streams each node's output with its host as prefix (and into
 Ctrl-C (or SIGTERM/SIGHUP arrive as SystemExit, see ``netlab.terminate_raises``), stops the
 rest, shielded from a second signal, and calls the launcher's own clean-up. A background node (an
 emulated host's busy neighbour) runs while the job does: the job is over when every other
-node has ended, and the background ones are then stopped, which is not a failure.
+node has ended, and the background ones are then stopped (once the launcher's
+``background_done`` says so, where it gives one), which is not a failure.
 """
 from __future__ import annotations
 
@@ -156,8 +157,11 @@ def _echo(text: str) -> None:
 
 
 def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path | None = None,
-              cleanup: Callable[[], None] | None = None, cwd: Path | None = None) -> JobOutcome:
-    """Start every node's command, wait for all; stop all on the first failure or deadline."""
+              cleanup: Callable[[], None] | None = None, cwd: Path | None = None,
+              background_done: Callable[[], bool] | None = None) -> JobOutcome:
+    """Start every node's command, wait for all; stop all on the first failure or deadline.
+    ``background_done``: once the job is over, the background nodes run on until it says
+    True (or they have all ended, or the deadline passes) before they are stopped."""
     if log_dir:
         try:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -193,6 +197,8 @@ def run_nodes(commands: list[NodeCommand], *, deadline_s: float, log_dir: Path |
                 node.stopped = _is_stopped(proc)
         if not timed_out and culprit is None:  # the job is over: stop what ran beside it
             planned = {i for i, c in enumerate(commands) if c.background}
+            if background_done is not None:
+                _await(background_done, [procs[i] for i in planned], started + deadline_s)
             _stop([procs[i] for i in planned])
         # A node that lost its peer often fails before the peer's own death is seen: give
         # the others a moment to fail on their own, so the row can name the real cause.
@@ -275,6 +281,12 @@ def _wait(procs: list[subprocess.Popen], deadline: float,
             return False, None
         if time.monotonic() > deadline:
             return True, None
+        time.sleep(POLL_S)
+
+
+def _await(done: Callable[[], bool], procs: list[subprocess.Popen], deadline: float) -> None:
+    """Until ``done()``, every one of ``procs`` has ended, or the deadline has passed."""
+    while not done() and any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         time.sleep(POLL_S)
 
 
