@@ -178,6 +178,13 @@ table says whether it falls within the band. ``predictions()``
 returns the same figures as data (point, low, high, measured median, ratio, within) for
 scripts such as a reference table; ``report()`` is text built from it.
 
+On emulated hosts (``--launcher netns``) each one-node cell ran beside its neighbours'
+copies of itself, one per spare host, at the same moment; they are read too (``--no-
+neighbours``: not). N hosts in lockstep compute at their slowest one's pace, and those
+hosts run apart (two here 20-30% for tens of seconds, results/reference/pair-pace/), so
+an N-node prediction starts, round by round, from the slowest of N of that round's hosts
+(``paced``, bench/analysis/host_copies.py); the report says so under the setup.
+
 The levers say what would help most at the largest N: a faster link, compression, a
 larger batch or gradient accumulation. Each lever is set beside the same configuration
 on one node, its own baseline: a larger batch or accumulation does more samples per step
