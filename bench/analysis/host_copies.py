@@ -78,6 +78,13 @@ def baseline_copies(records: list[dict], results: Path,
     return copies
 
 
+def copy_of(rec: dict) -> object:
+    """The run_id of the cell ``rec`` ran beside as its copy (``baseline_copies``); None
+    for a record that is not a copy."""
+    matrix = rec.get("matrix")
+    return matrix.get(COPY_OF) if isinstance(matrix, dict) else None
+
+
 def expected_slowest(steps: list[float], nodes: int) -> float:
     """The expected longest of ``nodes`` steps drawn without replacement from ``steps``
     (all of them, the longest, where ``nodes`` >= their count): with the steps ascending,
@@ -97,10 +104,6 @@ def paced_by_slowest(repeats: list[dict], nodes: int,
     nearest the expected slowest of ``nodes`` of those hosts (the slower where two are as
     near); a record with no copies stays as it is. In the order given, each cell where it
     (or its first copy) stood."""
-    def copy_of(rec: dict) -> object:
-        matrix = rec.get("matrix")
-        return matrix.get(COPY_OF) if isinstance(matrix, dict) else None
-
     beside = {copy_of(rec) for rec in repeats} - {None}
     order: list[object] = []          # each group's key, where the group stands
     groups: dict[object, list[dict]] = {}

@@ -523,7 +523,7 @@ def ratios_by_round(records: list[dict], setup: tuple, nodes: int,
 def _paced_lines(recs: list[dict], nodes: list[int]) -> list[str]:
     """Where the repeats hold emulated neighbours' copies: what each node count starts from
     instead of the median repeat (``paced``)."""
-    copies = sum(1 for rec in recs if (rec.get("matrix") or {}).get(host_copies.COPY_OF))
+    copies = sum(1 for rec in recs if host_copies.copy_of(rec) is not None)
     if not copies:
         return []
     starts = ", ".join(f"{median_repeat(paced(recs, n))['bucket_timeline']['step_s'] * 1e3:.1f}"
