@@ -514,13 +514,14 @@ emulated_window = --batch-size "$${MK_BATCH_SIZES%%[ ,]*}" --image-size 32 \
   --steps "$$MK_STEPS" $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"}
 # The cells' matrix, checked (--dry-run, with --repeats REPEATS) before the sweep, so that a
 # bad value of any of its settings (RESULTS, COMM_HOOKS, REPEATS...) stops the target before
-# minutes of sweep; then run one repeat a round.
-emulated_cells = --launcher netns --interleave --topologies 1x1,2x1 --models "$$MK_MODEL" \
+# minutes of sweep; then run one repeat a round, each hook's 1-node cell before its 2-node
+# cell and again after it (--bracket), so that the machine's drift between them cancels.
+emulated_cells = --launcher netns --interleave --bracket --topologies 1x1,2x1 --models "$$MK_MODEL" \
   --batch-sizes "$$MK_BATCH_SIZES" --comm-hooks "$$MK_COMM_HOOKS" --results "$$MK_RESULTS"
 emulated_train = --warmup-steps 10 --powersgd-warmup 5 --image-size 32 --log-every 0
 # The sweep's lockstep probe also times MODEL's own steps at the first of BATCH_SIZES, at the
 # cells' 32 px: what the job's syncs wait for the slower host (bench predict charges it).
-bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (5) seconds of steps where more), prediction; the CPUs' own drift for STEADY_S (30) s before and after
+bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbit...): REPEATS (3) rounds of the sweep then the cells (each STEPS, or MIN_TIMED_S (15) seconds of steps where more, the 1-node cells bracketing the 2-node ones), prediction; the CPUs' own drift for STEADY_S (30) s before and after
 	$(PY) -m bench.host.timed_window --check-only --model "$$MK_MODEL" $(emulated_window)
 	$(PY) -m bench matrix --dry-run $(emulated_cells) --repeats "$$MK_REPEATS" -- \
 	  --steps "$$MK_STEPS" --comm-probe-steps "$$MK_STEPS" $(emulated_train) >/dev/null
@@ -528,7 +529,7 @@ bench-emulated: venv ## 1 vs 2 namespace nodes behind a shaped LINK (1gbit, 5gbi
 	  --out $(emulated_steadiness) --seconds "$$MK_STEADY_S"
 	@[ "$$MK_STEADY_S" = 0 ] || echo "bench-emulated: first, for STEADY_S ($$MK_STEADY_S) seconds, the same matrix-multiply loop on every CPU at once (bench steadiness; again after the rounds): how far this machine drifts by itself, which bench predict sets beside measured / predicted (STEADY_S=0 skips it)" >&2
 	$(emulated_steady)
-	@echo "bench-emulated: as make bench-accuracy runs: in $$MK_REPEATS rounds (REPEATS, for a band), each the link's sweep and then one repeat of every cell, interleaved, so that the machine's drift reaches the sweep and the cells alike; each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 5) seconds on one node at the step the first sweep's probe timed (at the first of BATCH_SIZES), its probe steps after training (the 1-node bucket timeline) as many, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
+	@echo "bench-emulated: as make bench-accuracy runs: in $$MK_REPEATS rounds (REPEATS, for a band), each the link's sweep and then one repeat of every cell, interleaved, so that the machine's drift reaches the sweep and the cells alike, each hook's 1-node cell run again after its 2-node cell (bracketed: the 1-node figure is then measured on both sides of the 2-node one); each cell timed for STEPS steps, or more where they would last under MIN_TIMED_S (default 15) seconds on one node at the step the first sweep's probe timed (at the first of BATCH_SIZES), its probe steps after training (the 1-node bucket timeline) as many, and the 1-node cell beside a busy neighbour on the spare emulated host, so every node of every cell computes on the same share of this machine" >&2
 	failed=0; for round in $$(seq "$$MK_REPEATS"); do \
 	  echo "bench-emulated: round $$round of $$MK_REPEATS: the sweep, then every cell" >&2; \
 	  $(PY) -m bench matrix --workload allreduce --launcher netns --topologies 2x1 \
@@ -565,7 +566,7 @@ bench-accuracy: LINKS ?= 1gbit,5gbit
 bench-accuracy: NODES ?= 2,3,4
 bench-accuracy: COMM_HOOKS ?= none,fp16,bf16,powersgd
 bench-accuracy: RESULTS ?= results/accuracy-$(RUN_TAG)
-bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook, each cell at least MIN_TIMED_S (5) seconds, the CPUs' own drift for STEADY_S (30) s before and after; root, ~70 min
+bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at LINKS (1gbit,5gbit), every comm hook, each cell at least MIN_TIMED_S (15) seconds, the 1-node cells bracketing the N-node ones, the CPUs' own drift for STEADY_S (30) s before and after; root, over an hour
 	$(PY) scripts/prediction_accuracy.py --links "$$MK_LINKS" --nodes "$$MK_NODES" \
 	  --hooks "$$MK_COMM_HOOKS" --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" \
 	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"} \
@@ -577,7 +578,7 @@ bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at
 bench-accuracy-grid: GRID ?= scripts/accuracy-grid.tsv
 bench-accuracy-grid: NODES ?= 2
 bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
-bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (5) seconds, the CPUs' own drift for STEADY_S (30) s before and after each workload; root, ~75 min
+bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (15) seconds, the 1-node cells bracketing the N-node ones, the CPUs' own drift for STEADY_S (30) s before and after each workload; root, over an hour
 	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
 	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"} \
 	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"} \

@@ -15,9 +15,12 @@ then one matrix of 1x1 and 2x1..Nx1 for every comm hook, then bench.analysis.acc
 the records: measured / predicted per hook and node count, written to accuracy.md. All of
 it runs interleaved, in rounds: round r is repeat r of every sweep, then repeat r of every
 cell, so that the machine's drift over the run reaches the sweeps, the one-node and the
-N-node cells alike (the runs before 2026-11-29 ran every sweep first). Each cell times
-``--steps`` steps, or the fewest that last ``--min-timed-s`` (5) seconds on one node at the
-step the sweeps' probe just timed for the workload, where that is more
+N-node cells alike (the runs before 2026-11-29 ran every sweep first), and each hook's
+one-node cell runs again after its N-node cells (``bench matrix --bracket``; not before
+2026-12-01), so that the one-node figure is measured on both sides of them. Each cell times
+``--steps`` steps, or the fewest that last ``--min-timed-s`` (15; 5 before 2026-12-01)
+seconds on one node at the step the sweeps' probe just timed for the workload, where that
+is more
 (bench/host/timed_window.py: 20 steps of a 24 ms step were too short to measure), and its
 probe steps after training (the one-node bucket timeline; no_sync steps on N nodes) are as
 many. The runs before 2026-11-27 timed ``--steps`` alone, as ``--min-timed-s 0`` does, and
@@ -125,7 +128,9 @@ def measure(link: str, out: Path, nodes: list[int], a: argparse.Namespace) -> No
                 record.load(out / f"{link}-comm.jsonl", "sweeps"), probed, a.steps,
                 a.min_timed_s)
             print(f"timing {steps} steps a cell: {why}", flush=True)
-        run_on([*bench, "--topologies", f"1x1,{many}", "--models", a.model,
+        # Bracketed: each hook's one-node cell runs again after its N-node cells, so the
+        # one-node figure brackets their moment (results/reference/noise-floor/).
+        run_on([*bench, "--bracket", "--topologies", f"1x1,{many}", "--models", a.model,
                 "--batch-sizes", str(a.batch_size), "--comm-hooks", a.hooks,
                 "--repeats", "1", "--results", str(out / f"{link}.jsonl"), "--",
                 "--steps", str(steps), "--warmup-steps", "10", "--powersgd-warmup", "5",

@@ -266,6 +266,9 @@ def test_the_script_measures_the_workload_it_is_given(tmp_path, monkeypatch, mod
     assert train[train.index("--models") + 1] == model
     assert train[train.index("--batch-sizes") + 1] == "8"
     assert train[train.index("--topologies") + 1] == "1x1,2x1"
+    # Each hook's one-node cell again after its two-node cell; the sweeps have none.
+    assert "--bracket" in train[:train.index("--")] and "--interleave" in train
+    assert not any("--bracket" in sweep for sweep in sweeps)
     assert all(word in after for word in shape)
     assert ("--mlp-width" in after) is (model == "mlp")
     assert ("--image-size" in after) is (image_size is not None)

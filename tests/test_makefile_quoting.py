@@ -16,6 +16,7 @@ import shutil
 
 import pytest
 
+from bench.host import timed_window
 from conftest import REPO, FakeVenv, error_lines, run_make
 
 FIXTURE = REPO / "tests" / "fixtures" / "table-fixture.jsonl"
@@ -238,7 +239,8 @@ def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
     checked, *rounds = fake_venv.bench_calls("matrix")
     # The cells' matrix is first checked as it will run (--dry-run), with every repeat,
     # before the sweep; then, as the accuracy benchmark runs (issue 29), one round per
-    # repeat: the sweep, then one repeat of every cell, interleaved.
+    # repeat: the sweep, then one repeat of every cell, interleaved, each hook's one-node
+    # cell again after its two-node cell (bracketed).
     assert checked[0] == "--dry-run" and checked[checked.index("--repeats") + 1] == "3"
     assert len(rounds) == 2 * 3                       # REPEATS' own default: three rounds
     for sweep, runs in zip(rounds[::2], rounds[1::2], strict=True):
@@ -248,6 +250,7 @@ def test_bench_emulated_names_the_sweep_beside_the_results(fake_venv):
         assert runs[runs.index("--repeats") + 1] == "1"
         assert _without(checked[1:], "--repeats") == _without(runs, "--repeats")
         assert "--interleave" in runs[:runs.index("--")]
+        assert "--bracket" in runs[:runs.index("--")] and "--bracket" in checked
 
 
 def test_bench_straggler_passes_each_setting_whole_with_its_defaults(fake_venv, marker):
@@ -329,7 +332,8 @@ def test_bench_emulated_times_each_cell_for_the_window_the_sweep_sizes(fake_venv
     for argv in runs:
         assert argv[argv.index("--steps") + 1] == "81"
         assert argv[argv.index("--comm-probe-steps") + 1] == "81"   # the timeline's probe too
-    assert "MIN_TIMED_S (default 5) seconds" in proc.stderr
+    # The default it names is the one bench.host.timed_window applies.
+    assert f"MIN_TIMED_S (default {timed_window.DEFAULT_MIN_TIMED_S:g}) seconds" in proc.stderr
 
 
 def test_bench_emulated_measures_the_drift_before_and_after_and_predict_reads_it(

@@ -10,11 +10,14 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import record
 from bench.analysis.compare import verdict
 from bench.analysis.table import render
 from bench.host import matrix
+from bench.host.outcome import JobOutcome, NodeOutcome
 from bench.options import ConfigError
 from bench.topology import Topology, parse_hosts, parse_list, parse_positive_ints
 from conftest import REPO, run_matrix, validate
@@ -241,6 +244,100 @@ def test_a_node_container_killed_mid_cell_is_recorded_and_nothing_is_left(cpu_im
     validate(rec)
     assert rec["status"] in ("error", "timeout") and rec["failed_node"]["host"] == "node1"
     assert bench_containers() == [], "every node's containers are gone"
+
+
+def test_bracket_runs_each_one_node_cell_again_after_its_multi_node_cells(tmp_path):
+    """--bracket: in each round, each setup's one-node cell before its multi-node cells
+    and again right after the last of them."""
+    argv = [sys.executable, "-m", "bench", "matrix", "--dry-run", "--topologies", "1x1,2x1,3x1",
+            "--batch-sizes", "8,16", "--repeats", "2", "--results", str(tmp_path / "r.jsonl"),
+            "--interleave", "--bracket", "--", "--device", "cpu", "--steps", "2"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    order = [(line.split()[3], line.split("repeat ")[1][:3], "again after" in line)
+             for line in proc.stdout.splitlines() if line.startswith("### job: cell")]
+    one_round = [("1", False), ("2", False), ("3", False), ("1", True),
+                 ("4", False), ("5", False), ("6", False), ("4", True)]
+    assert order == [(cell, f"{r}/2", again) for r in (1, 2) for cell, again in one_round]
+    # Its job writes its logs under its own id: the cell's, and "a".
+    assert proc.stdout.count("-c1r1a") and proc.stdout.count("-c1r1") > proc.stdout.count(
+        "-c1r1a")
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--bracket"], "add --interleave"),
+    (["--bracket", "--interleave", "--resume"], "--resume cannot count"),
+])
+def test_bracket_needs_interleave_and_refuses_resume_in_one_line(tmp_path, flags, why):
+    results = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "bench", "matrix", "--topologies", "1x1,2x1",
+                           "--results", str(results), *flags, "--", "--device", "cpu"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("bench matrix: error: --bracket=") and why in lines[0]
+    assert not results.exists() and not (tmp_path / "logs").exists()
+
+
+_cells = st.lists(st.sampled_from([Topology(1, 1), Topology(2, 1), Topology(3, 1),
+                                   Topology(1, 2)]), min_size=1, max_size=4, unique=True)
+
+
+@given(_cells, st.lists(st.sampled_from(["none", "fp16", "powersgd"]), min_size=1,
+                        max_size=3, unique=True), st.integers(1, 3))
+def test_a_bracketed_round_runs_each_setups_one_node_jobs_on_both_sides_of_its_wide_ones(
+        topologies, hooks, repeats):
+    cells = [matrix.Cell(8, t, "mlp", "fp32", "gloo", h) for h in hooks for t in topologies]
+    jobs = sorted([(i, cell, r) for i, cell in enumerate(cells, 1)
+                   for r in range(1, repeats + 1)], key=lambda job: (job[2], job[0]))
+    out = matrix.bracketed(jobs)
+    # Every job once untagged; the rounds, and the setups within each, in their order.
+    assert sorted(job[:3] for job in out if job[3] == "") == sorted(jobs)
+    assert [job[2] for job in out] == sorted(job[2] for job in out)
+    setups = [(job[2], job[1].comm_hook) for job in out]
+    assert list(dict.fromkeys(setups)) == list(dict.fromkeys((j[2], j[1].comm_hook)
+                                                             for j in jobs))
+    wide = any(t.nodes > 1 for t in topologies)
+    ones = [t for t in topologies if t.nodes == 1]
+    for key in dict.fromkeys(setups):
+        group = [job for job in out if (job[2], job[1].comm_hook) == key]
+        shape = [(job[1].topology.nodes > 1, job[3]) for job in group]
+        if wide and ones:
+            # One-node, wide, then the one-node ones again, tagged.
+            assert shape == [(False, "")] * len(ones) + \
+                [(True, "")] * (len(topologies) - len(ones)) + [(False, matrix.AFTER)] * len(ones)
+            assert [job[1] for job in group[:len(ones)]] == [job[1] for job in group[-len(ones):]]
+        else:
+            assert all(tag == "" for _, tag in shape) and len(group) == len(topologies)
+
+
+def test_a_bracketed_ones_record_says_it_ran_after(tmp_path):
+    """The one-node cell's second run of a round: its own job id and logs, its record's
+    matrix section marked "after" (the schema takes it); the other rows unmarked."""
+    class Finished:
+        name = "native"
+
+        def launch(self, job):
+            rec = dict(base, job_id=job.job_id)
+            node = NodeOutcome(rank=0, host="node0", returncode=0, last_lines=[],
+                               output=[record.MARKER, record.dumps(rec)])
+            return JobOutcome(nodes=[node], timed_out=False, seconds=0.5)
+
+    base = dict(next(iter(record.read(FIXTURES / "table-fixture.jsonl"))),
+                first_step_done=None, last_step_done=None)
+    results = tmp_path / "runs.jsonl"
+    cfg = matrix.MatrixConfig.from_args(["--models", "smallcnn", "--topologies", "1x1,2x1",
+                                         "--interleave", "--bracket", "--results",
+                                         str(results), "--", "--steps", "2"], "bench matrix")
+    assert matrix.run(cfg, Finished()) == 0
+    rows = list(record.read(results))
+    assert [(r["matrix"]["cell"], r["matrix"].get("bracket")) for r in rows] == \
+        [(1, None), (2, None), (1, "after")]
+    assert rows[2]["matrix"]["logs"].endswith("-c1r1a") and rows[2]["job_id"].endswith("-c1r1a")
+    assert rows[0]["matrix"]["repeat"] == rows[2]["matrix"]["repeat"] == 1   # one round
+    for rec in rows:
+        assert record.problem_of(rec) is None
+    assert record.problem_of({**rows[2], "matrix": {**rows[2]["matrix"], "bracket": "before"}})
 
 
 @pytest.mark.parametrize("interleave", [False, True])

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import record
 from bench.analysis import accuracy, predict, rounds
 from tests.test_accuracy import _one_node_cell, _predicted, _sweep_over
 from tests.test_predict import _record
@@ -155,3 +156,29 @@ def test_bench_predict_says_how_precisely_its_rounds_check_each_ratio(tmp_path, 
                                + "\n" for r in _rounds_of((0.8, 1.0, 1.1))))
     assert predict.main([str(results), "--link-from", str(sweeps), "--nodes", "2"]) == 0
     assert "round by round" not in capsys.readouterr().out
+
+
+def _one_node(step_s: float, ready_s: float, repeat: int, after: bool) -> dict:
+    rec = _in_round(_record(1, "none", 12.5e6, 100.0), repeat)
+    rec["bucket_timeline"].update(step_s=step_s, ready_s=[ready_s])
+    if after:
+        rec["matrix"]["bracket"] = "after"
+    return rec
+
+
+def test_a_bracketed_round_is_predicted_from_its_one_node_cells_on_both_sides():
+    """bench matrix --bracket: a round's one-node cell before its two-node cell ran at a
+    0.12 s step, again after it at 0.18 s, the machine slowing meanwhile. The round starts
+    from their mean, 0.15 s (ready at 0.10 s), the pace at the two-node cell's moment:
+    the two-node cell that measured just what the model gives from it reads 1.00, where
+    either one-node cell alone would read above or below it."""
+    two = _in_round(_record(2, "none", 12.5e6, _predicted(2, 0.12)), 1)
+    before, after = _one_node(0.12, 0.08, 1, False), _one_node(0.18, 0.12, 1, True)
+    assert record.problem_of(after) is None
+    links = predict.LinkRange.fixed(predict.Link.from_allreduce(_sweep_over(2, 0.12)))
+    setup = predict.setup_key(before)
+    both = predict.ratios_by_round([before, two, after], setup, 2, links)
+    assert both.ratios == pytest.approx((1.0,))
+    (early,) = predict.ratios_by_round([before, two], setup, 2, links).ratios
+    (late,) = predict.ratios_by_round([two, after], setup, 2, links).ratios
+    assert early < 1.0 < late

@@ -153,12 +153,21 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=60, cwd=REPO)
 
 
+# The count the measured sweeps ask for at the default --min-timed-s (15 s: 242 of the
+# median 62.2 ms step; at 5 s, 81).
+DEFAULT_COUNT = timed_steps(list(record.load(SWEEPS, "sweeps")), SMALLCNN, 20,
+                            timed_window.DEFAULT_MIN_TIMED_S)[0]
+
+
 def test_the_command_prints_the_count_alone_and_why_on_stderr():
+    assert DEFAULT_COUNT == 242
     proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "81\n" and "timing 81 steps a cell" in proc.stderr
-    proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", "--steps", "90")
-    assert proc.stdout == "90\n"
+    assert proc.stdout == "242\n" and "timing 242 steps a cell" in proc.stderr
+    proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", "--min-timed-s", "5")
+    assert proc.stdout == "81\n"
+    proc = _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", "--steps", "300")
+    assert proc.stdout == "300\n"
 
 
 @pytest.mark.parametrize("args, setting", [
@@ -199,6 +208,6 @@ def test_the_command_compares_the_image_size_the_trainer_resolves():
     # smallcnn's own 28 px, given or not; the probe ran at 28.
     for extra in ([], ["--image-size", "28"]):
         assert _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", *extra).stdout \
-            == "81\n"
+            == f"{DEFAULT_COUNT}\n"
     assert _cli(str(SWEEPS), "--model", "smallcnn", "--batch-size", "64", "--image-size",
                 "32").stdout == "20\n"

@@ -141,6 +141,8 @@ class MatrixConfig:
     link_bps: int | None = None       # recorded with each row (netns)
     # Repeat 1 of every cell, then repeat 2...: instead of each cell's repeats back to back.
     interleave: bool = False
+    # With interleave: each setup's one-node cells again after its multi-node cells.
+    bracket: bool = False
     verbose: bool = False
     dry_run: bool = False
 
@@ -171,7 +173,8 @@ class MatrixConfig:
                    trainer_args=trainer_args, master_port=a.master_port,
                    launcher=a.launcher, launcher_options=options, workload=a.workload,
                    link_bps=options.link_bps if isinstance(options, NetnsOptions) else None,
-                   interleave=a.interleave, verbose=a.verbose, dry_run=a.dry_run)
+                   interleave=a.interleave, bracket=a.bracket, verbose=a.verbose,
+                   dry_run=a.dry_run)
 
 
 def split_trainer_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -218,6 +221,12 @@ def parser(prog: str) -> OneLineErrorParser:
                    "each cell's repeats back to back); on a machine whose speed drifts "
                    "over minutes (a shared VM), cells compared with each other then see "
                    "the same drift instead of the ones measured last seeing the most")
+    p.add_argument("--bracket", action="store_true",
+                   help="with --interleave: in each round, every setup's one-node cells "
+                   "run before its multi-node cells and again after them, so that the "
+                   "one-node figure a prediction starts from brackets the moment the "
+                   "multi-node cells ran (a steady drift cancels in the two's mean); the "
+                   "second is recorded with matrix.bracket \"after\"")
     p.add_argument("--deadline", type=finite_float, default=1800.0,
                    help="seconds a job may run before every node is stopped")
     p.add_argument("--rdzv-timeout", type=int, default=120,
@@ -293,6 +302,12 @@ def check_matrix_settings(a: argparse.Namespace) -> None:
     require_range(a.master_port, "master_port", MIN_PORT, MAX_PORT - PORT_SPAN)
     check_results_beside_reports(a.results, "--results")  # never a report's name
     _check_report_paths(a.results)
+    if a.bracket and not a.interleave:
+        raise ConfigError("--bracket", "on without --interleave", "it orders the cells of "
+                          "each round: add --interleave")
+    if a.bracket and a.resume:
+        raise ConfigError("--bracket", "on with --resume", "a bracketed round runs a "
+                          "one-node cell twice, which --resume cannot count: drop one")
 
 
 def cell_configs(a: argparse.Namespace, cells: list[Cell],
@@ -400,6 +415,16 @@ def lease_port(cfg: MatrixConfig, number: int):
                        probe_host="127.0.0.1" if cfg.launcher in LOCAL_LAUNCHERS else None)
 
 
+def job_name(matrix_id: str, index: int, repeat: int, tag: str = "") -> str:
+    """A job's id: its matrix, cell and repeat, and "a" for a bracketed round's second
+    run of a one-node cell (``AFTER``)."""
+    return f"{matrix_id}-c{index}r{repeat}" + ("a" if tag == AFTER else "")
+
+
+def _again(tag: str) -> str:
+    return ", again after its multi-node cells (--bracket)" if tag == AFTER else ""
+
+
 def job_log_dir(cfg: MatrixConfig, job_id: str) -> Path:
     return cfg.results.parent / "logs" / job_id
 
@@ -422,17 +447,57 @@ def render(cfg: MatrixConfig, launcher: Launcher) -> str:
     parts = []
     jobs = [(index, cell, repeat) for index, cell in enumerate(cfg.cells, 1)
             for repeat in range(1, cfg.repeats + 1)]
-    for index, cell, repeat in in_order(cfg, jobs):
-        job = job_spec(cfg, cell, f"{matrix_id}-c{index}r{repeat}", preferred_port(cfg, index))
-        parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats} "
-                     f"({launcher.name})\n{launcher.render(job)}")
+    for index, cell, repeat, tag in in_order(cfg, jobs):
+        job = job_spec(cfg, cell, job_name(matrix_id, index, repeat, tag),
+                       preferred_port(cfg, index))
+        parts.append(f"### job: cell {index} {cell.label()} repeat {repeat}/{cfg.repeats}"
+                     f"{_again(tag)} ({launcher.name})\n{launcher.render(job)}")
     return "\n\n".join(parts)
 
 
 def in_order(cfg: MatrixConfig, jobs: list[tuple]) -> list[tuple]:
     """Jobs (cell number, cell, repeat, ...) in the order they run: each cell's repeats back
-    to back, or with --interleave repeat 1 of every cell first, then repeat 2..."""
-    return sorted(jobs, key=lambda job: (job[2], job[0])) if cfg.interleave else jobs
+    to back, or with --interleave repeat 1 of every cell first, then repeat 2...; with
+    --bracket each setup's one-node jobs again after its multi-node ones (``bracketed``).
+    Each job with its tag last: "" for a cell's own run, AFTER for a one-node cell's
+    second run of a round."""
+    if not cfg.interleave:
+        return [(*job, "") for job in jobs]
+    ordered = sorted(jobs, key=lambda job: (job[2], job[0]))
+    return bracketed(ordered) if cfg.bracket else [(*job, "") for job in ordered]
+
+
+# The tag of a one-node cell's second run in a bracketed round (--bracket): in its record's
+# matrix section; its job id ends in "a".
+AFTER = "after"
+
+
+def _setup(cell: Cell) -> Cell:
+    """A cell with its topology left out: what the cells of one setup share."""
+    return dataclasses.replace(cell, topology=Topology(1, 1))
+
+
+def bracketed(ordered: list[tuple]) -> list[tuple]:
+    """Interleaved jobs (cell number, cell, repeat, ...) with each setup's jobs of a round
+    as: its one-node jobs, its multi-node jobs, then its one-node jobs again (tagged
+    AFTER). The one-node figure a prediction starts from is then measured on both sides
+    of the multi-node cells it is checked against, about as far before as after: a
+    machine whose pace drifts (a shared VM's CPUs, by 10-20% over tens of seconds,
+    results/reference/noise-floor/) moves the two alike, and their mean is the pace at the
+    multi-node cells' moment where the drift is steady. A setup without both a one-node
+    and a multi-node cell runs as it is. Rounds and setups keep their order."""
+    groups: dict[tuple, list[tuple]] = {}
+    for job in ordered:
+        groups.setdefault((job[2], _setup(job[1])), []).append(job)
+    out: list[tuple] = []
+    for jobs in groups.values():
+        ones = [job for job in jobs if job[1].topology.nodes == 1]
+        wide = [job for job in jobs if job[1].topology.nodes > 1]
+        if ones and wide:
+            out += [(*job, "") for job in ones + wide] + [(*job, AFTER) for job in ones]
+        else:
+            out += [(*job, "") for job in jobs]
+    return out
 
 
 class Interrupted(Exception):
@@ -482,18 +547,19 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
                       "already recorded, skipped (--resume)", file=sys.stderr)
                 continue
             jobs.append((index, cell, repeat, train_cfg))
-    jobs = in_order(cfg, jobs)
-    failures, unwritten = [], 0
+    runs = in_order(cfg, jobs)
+    failures: list[tuple[int, Cell, str, dict]] = []
+    unwritten = 0
     durations: list[float] = []
-    for number, (index, cell, repeat, train_cfg) in enumerate(jobs, 1):
-        eta = _eta(sum(durations) / len(durations) * (len(jobs) - number + 1)) if durations \
+    for number, (index, cell, repeat, train_cfg, tag) in enumerate(runs, 1):
+        eta = _eta(sum(durations) / len(durations) * (len(runs) - number + 1)) if durations \
             else "unknown"
         # One line per job: its cell now, its outcome when it ends (node output goes to
         # the job's logs, or to the console too with --verbose).
-        print(f"[matrix] job {number}/{len(jobs)} (ETA {eta}): cell {index} {cell.label()} "
-              f"repeat {repeat}/{cfg.repeats}", end="\n" if cfg.verbose else " ...",
-              file=sys.stderr, flush=True)
-        job_id = f"{matrix_id}-c{index}r{repeat}"
+        print(f"[matrix] job {number}/{len(runs)} (ETA {eta}): cell {index} {cell.label()} "
+              f"repeat {repeat}/{cfg.repeats}{_again(tag)}", end="\n" if cfg.verbose
+              else " ...", file=sys.stderr, flush=True)
+        job_id = job_name(matrix_id, index, repeat, tag)
         launched = time.time()
         try:
             with lease_port(cfg, number) as port:
@@ -507,9 +573,9 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
             with shielded():
                 rec = interrupted_record(train_cfg, cell, signum)
                 _write_row(cfg, rec, _matrix_section(cfg, matrix_id, index, repeat, cell,
-                                                     train_cfg, job_id, launched))
+                                                     train_cfg, job_id, launched, tag=tag))
                 say(f"\n[matrix] interrupted by {signal.Signals(signum).name}: every node "
-                     f"was stopped; job {number}/{len(jobs)} recorded as {rec['status']} in "
+                     f"was stopped; job {number}/{len(runs)} recorded as {rec['status']} in "
                      f"{cfg.results}")
             raise Interrupted(signum) from None
         durations.append(outcome.seconds)
@@ -522,7 +588,7 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
         if not outcome.ok:
             rec = describe_failure(rec, outcome, cfg.deadline_s)
         section = _matrix_section(cfg, matrix_id, index, repeat, cell, train_cfg, job_id,
-                                  launched, outcome.scheduler)
+                                  launched, outcome.scheduler, tag=tag)
         lost_logs = {n.host: n.log_error for n in outcome.nodes if n.log_error}
         if lost_logs:
             section["log_errors"] = lost_logs
@@ -539,16 +605,16 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
             print(f"[matrix]   {breakdown.without_slowest_line(rec)}", file=sys.stderr,
                   flush=True)
         if status != "ok":
-            failures.append((index, cell, repeat, rec))
-    print(f"[matrix] {len(jobs) - len(failures)}/{len(jobs)} jobs ok; records in {cfg.results}",
+            failures.append((index, cell, f"{repeat}{_again(tag)}", rec))
+    print(f"[matrix] {len(runs) - len(failures)}/{len(runs)} jobs ok; records in {cfg.results}",
           file=sys.stderr)
     if unwritten:
         print(f"[matrix] {unwritten} row(s) could not be appended to {cfg.results}: they were "
               "printed on stdout after the marker", file=sys.stderr)
     if failures:
         print("[matrix] failed cells:", file=sys.stderr)
-        for index, cell, repeat, rec in failures:
-            print(f"  cell {index} ({cell.label()}) repeat {repeat}: {rec['status']}: "
+        for index, cell, which, rec in failures:
+            print(f"  cell {index} ({cell.label()}) repeat {which}: {rec['status']}: "
                   f"{rec['error']}", file=sys.stderr)
         return 1
     return 1 if unwritten else 0
@@ -556,8 +622,9 @@ def run(cfg: MatrixConfig, launcher: Launcher) -> int:
 
 def _matrix_section(cfg: MatrixConfig, matrix_id: str, index: int, repeat: int, cell: Cell,
                     train_cfg, job_id: str, launched: float,
-                    scheduler: dict | None = None) -> dict:
+                    scheduler: dict | None = None, tag: str = "") -> dict:
     return {"id": matrix_id, "cell": index, "repeat": repeat,
+            **({"bracket": tag} if tag else {}),
             "config_hash": train_cfg.hash(), "launcher": cfg.launcher,
             "topology": str(cell.topology), "link_bps": cfg.link_bps,
             **({"scheduler": scheduler} if scheduler else {}),
