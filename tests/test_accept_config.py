@@ -55,11 +55,21 @@ def test_accept_refuses_a_bad_setting_with_exit_2(tmp_path, capsys):
                  ["--out", str(tmp_path), "--launcher", "netns"],      # no --link
                  ["--out", str(tmp_path), "--", "--repeats", "0"],
                  ["--out", str(tmp_path), "--topolog", "2x2"],        # accept sets it
-                 ["--out", str(tmp_path), "--results=x.jsonl"]):
+                 ["--out", str(tmp_path), "--results=x.jsonl"],
+                 ["--out", str(tmp_path), "--brack"]):                # accept sets it
         assert accept.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("bench accept: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "accept.json").exists()
+
+
+@pytest.mark.parametrize("flag, owned", [("--brack", "--bracket"), ("--bracket", "--bracket"),
+                                         ("--interl", "--interleave")])
+def test_the_job_stages_run_order_is_accepts_own(flag, owned):
+    """The job stage runs its cells interleaved and bracketed; a launcher flag that would
+    change that is refused by name, not passed on to the matrix."""
+    with pytest.raises(ConfigError, match=f"set by bench accept itself \\({owned}\\)"):
+        accept.refuse_owned(["--launcher", "netns", flag])
 
 
 def test_a_json_verdict_is_the_stacks_own_and_replaces_only_its_own(tmp_path):
@@ -76,7 +86,9 @@ def test_a_json_verdict_is_the_stacks_own_and_replaces_only_its_own(tmp_path):
 
 def test_kubernetes_renders_every_job_of_the_acceptance(tmp_path, capsys):
     """``--dry-run`` through the k8s launcher: the measurement job, the job stage's sweep
-    and its training runs, each as manifests the Kubernetes schemas accept."""
+    and its training runs (each round's 1-node run again after its 2-node one: bracketed,
+    as the demo and the accuracy benchmark run), each as manifests the Kubernetes schemas
+    accept."""
     import kubernetes_validate
     import yaml
 
@@ -85,10 +97,11 @@ def test_kubernetes_renders_every_job_of_the_acceptance(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     jobs = [part for part in out.split("### job: ")[1:]]
+    again = ", again after its multi-node cells (--bracket)"
     assert [job.split(" (k8s)")[0].split(" ", 2)[2] for job in jobs] == [
         "acceptance 2x1 auto repeat 1/1", "all-reduce 2x1 auto repeat 1/1",
-        "batch 16 1x1 mlp fp32 auto repeat 1/2", "batch 16 2x1 mlp fp32 auto repeat 1/2",
-        "batch 16 1x1 mlp fp32 auto repeat 2/2", "batch 16 2x1 mlp fp32 auto repeat 2/2"]
+        *[f"batch 16 {topology} mlp fp32 auto repeat {r}/2{tag}" for r in (1, 2)
+          for topology, tag in (("1x1", ""), ("2x1", ""), ("1x1", again))]]
     assert "bench.rank.accept" in jobs[0] and "bench.rank.train" in jobs[2]
     version = kubernetes_validate.latest_version()
     for job in jobs:

@@ -19,8 +19,10 @@ the reason (``bench.analysis.acceptance`` judges them):
              sockets between nodes warn
   data       each node reads the dataset through its mount, against what its devices train
   job        an all-reduce sweep over the nodes, then training on 1 node and on N nodes,
-             interleaved, repeated: the N-node throughput against the prediction from the
-             1-node runs and the measured link, inside its band; with the straggler line
+             interleaved, repeated, the 1-node run again after the N-node one in each
+             round (bracketed, so a machine's drift between the two moments cancels): the
+             N-node throughput against the prediction from the 1-node runs and the
+             measured link, inside its band; with the straggler line
 
 The device, link and data stages are one job (``bench matrix --workload accept``, through
 any launcher: its flags are the matrix's), so a node that dies still leaves its row; the job
@@ -105,9 +107,9 @@ def parser(prog: str) -> OneLineErrorParser:
 
 
 # The matrix's flags that accept sets itself: the job it runs is one cell, once.
-OWNED = ("--workload", "--topologies", "--results", "--resume", "--interleave", "--repeats",
-         "--batch-sizes", "--models", "--precisions", "--comm-hooks", "--grad-accums",
-         "--strategies")
+OWNED = ("--workload", "--topologies", "--results", "--resume", "--interleave", "--bracket",
+         "--repeats", "--batch-sizes", "--models", "--precisions", "--comm-hooks",
+         "--grad-accums", "--strategies")
 
 
 def refuse_owned(launcher_args: list[str]) -> None:
@@ -157,7 +159,7 @@ class Jobs:
 
     measure: matrix.MatrixConfig | None     # the rank side: device, link, data
     sweep: matrix.MatrixConfig | None       # the job stage: the link, as predict reads it
-    train: matrix.MatrixConfig | None       # the job stage: 1 node and N nodes, interleaved
+    train: matrix.MatrixConfig | None       # the job stage: 1, N, 1 nodes, interleaved
 
 
 def job_workload(device: str) -> list[str]:
@@ -191,7 +193,7 @@ def plan(a: argparse.Namespace, stages: tuple[str, ...], launcher_args: list[str
              *device], prog)
         train = matrix.MatrixConfig.from_args(
             ["--topologies", f"1x{a.gpus},{topology}", "--repeats", str(a.job_repeats),
-             "--interleave", *job_workload(resolved_device(a.device)), "--results",
+             "--interleave", "--bracket", *job_workload(resolved_device(a.device)), "--results",
              str(a.out / "job.jsonl"), *launcher_args, "--", "--steps", str(a.job_steps),
              "--warmup-steps", "5", "--log-every", "0", *device,
              *(["--mlp-width", "1024", "--mlp-depth", "4"]
