@@ -578,7 +578,7 @@ bench-accuracy: venv ## measured vs predicted on NODES (2,3,4) emulated nodes at
 bench-accuracy-grid: GRID ?= scripts/accuracy-grid.tsv
 bench-accuracy-grid: NODES ?= 2
 bench-accuracy-grid: RESULTS ?= results/accuracy-grid-$(RUN_TAG)
-bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (15) seconds, the 1-node cells bracketing the N-node ones, the CPUs' own drift for STEADY_S (30) s before and after each workload; root, over an hour
+bench-accuracy-grid: venv ## measured vs predicted on every workload of GRID (scripts/accuracy-grid.tsv; WORKLOADS=a,b for some), NODES (2) emulated nodes, REPEATS, each cell at least MIN_TIMED_S (15) seconds, the 1-node cells bracketing the N-node ones, the CPUs' own drift for STEADY_S (30) s before and after each workload; root, about 3.5 h at 3 REPEATS on 2 CPUs
 	$(PY) scripts/prediction_accuracy.py --grid "$$MK_GRID" --nodes "$$MK_NODES" \
 	  --repeats "$$MK_REPEATS" --out "$$MK_RESULTS" $${MK_WORKLOADS:+--workloads "$$MK_WORKLOADS"} \
 	  $${MK_MIN_TIMED_S:+--min-timed-s "$$MK_MIN_TIMED_S"} \
