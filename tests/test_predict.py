@@ -786,6 +786,49 @@ def test_the_band_spans_the_link_sweeps():
     assert (upgrade.slow.busbw_Bps, upgrade.fast.busbw_Bps) == pytest.approx((0.5e9, 0.625e9))
 
 
+def _sweeps_at(busbws: list[float]) -> list[dict]:
+    """One 2-rank sweep per busbw (GB/s), in this order, 1 ms latency each."""
+    return [_sweep([{"size_bytes": 1024, "time_s": 0.001, "busbw_GBps": 0.0005},
+                    {"size_bytes": 64_000_000, "time_s": 64e6 / (busbw * 1e9),
+                     "busbw_GBps": busbw}]) for busbw in busbws]
+
+
+def test_the_point_is_the_median_of_every_sweeps_prediction_not_the_latest():
+    from bench.analysis.predict import LinkRange, predictions, single_node_repeats
+
+    # Three sweeps of one link: 0.08, 0.1 and (the latest) 0.125 GB/s. 125 MB over two
+    # nodes: 1.5625, 1.25 and 1.0 s on the wire after 0.1 s of backward, then 0.05 s.
+    links = LinkRange.of_sweeps(_sweeps_at([0.08, 0.1, 0.125]))
+    assert links.point.busbw_Bps == pytest.approx(0.125e9)     # the figures printed
+    assert [m.busbw_Bps for m in links.each] == pytest.approx([0.08e9, 0.1e9, 0.125e9])
+    (row,) = predictions(single_node_repeats([_repeat(0.15)]), links, [2], {})
+    assert row.step_s.point == pytest.approx(0.1 + 1.25 + 0.05, abs=1e-4)
+    assert (row.step_s.low, row.step_s.high) == pytest.approx((1.15, 1.7125), abs=1e-3)
+    # Of an even count, the slower of the middle two.
+    links = LinkRange.of_sweeps(_sweeps_at([0.125, 0.08, 0.1, 0.11]))
+    (row,) = predictions(single_node_repeats([_repeat(0.15)]), links, [2], {})
+    assert row.step_s.point == pytest.approx(0.1 + 1.25 + 0.05, abs=1e-4)
+    # A planned upgrade moves every sweep, as it moves the ends.
+    upgrade = links.at_rate(5 * 10**9)
+    assert [m.rate_bps for m in upgrade.each] == [5 * 10**9] * 4
+    assert len({m.busbw_Bps for m in upgrade.each}) == 4
+
+
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6), st.randoms())
+def test_the_point_does_not_depend_on_the_order_the_sweeps_ran(busbws, rng):
+    from bench.analysis.predict import LinkRange, predictions, single_node_repeats
+
+    repeats = single_node_repeats([_repeat(0.15)])
+    each = [predictions(repeats, LinkRange.of_sweeps(_sweeps_at([b])), [2], {})[0]
+            for b in busbws]
+    shuffled = list(busbws)
+    rng.shuffle(shuffled)
+    (row,) = predictions(repeats, LinkRange.of_sweeps(_sweeps_at(shuffled)), [2], {})
+    steps = sorted(p.step_s.point for p in each)
+    assert row.step_s.point == pytest.approx(steps[len(steps) // 2])
+    assert row.step_s.low <= row.step_s.point <= row.step_s.high
+
+
 def test_cli_says_where_the_band_comes_from(tmp_path):
     results, comm = tmp_path / "runs.jsonl", tmp_path / "comm.jsonl"
     lines = [_repeat(0.15), _repeat(0.35), _repeat(0.25), _record(2, "none", 125e6, 21.0)]
