@@ -849,8 +849,11 @@ def test_cli_says_where_the_band_comes_from(tmp_path):
         in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # The median repeat (0.25 s) on B is the point; repeats of 0.15-0.35 s on links A and
-    # B span 1.1502 s (0.15 s on A) to 1.600 s (0.35 s on B).
+    # The median repeat (0.25 s) on B is the point (of two sweeps' predictions, the slower);
+    # repeats of 0.15-0.35 s on links A and B span 1.1502 s (0.15 s on A) to 1.600 s (0.35
+    # s on B). The report says how the point was taken.
+    assert "the point: each setup predicted on each of the 2 sweeps, the median of those" \
+        in proc.stdout
     assert cells[1] == "1500.0 [1150.2-1600.0]"
     assert cells[2] == f"{32 / 1.500:.1f} [{32 / 1.600:.1f}-{32 / 1.1502:.1f}]"
     assert cells[8] == "21.0 (n=1)" and cells[10] == "within band"
