@@ -245,6 +245,40 @@ def test_an_agent_stopped_mid_job_leaves_nothing_in_the_temp_dir(tmp_path):
     assert sorted(p.name for p in temp.iterdir()) == [], output[-3000:]
 
 
+# torchrun's agent stopped while it starts its ranks: torch's start_processes has launched
+# the rank (in a session of its own) and the SIGTERM's exception leaves before the agent has
+# taken note of it, so the agent's own shutdown does not end it.
+_STOPPED_WHILE_STARTING = """
+import signal, subprocess, sys
+from torch.distributed.elastic.multiprocessing.api import SignalException
+import bench.rank.torchrun as wrapper
+
+def stopped_while_starting(argv):
+    rank = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    print(rank.pid, flush=True)
+    raise SignalException("Process got signal: 15", sigval=signal.SIGTERM)
+
+wrapper.torchrun.main = stopped_while_starting
+wrapper.LEFT_BEHIND_GRACE_S = 5.0
+wrapper.main(sys.argv[1:])
+"""
+
+
+def test_an_agent_stopped_while_starting_its_ranks_leaves_none_running(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    # The left-behind rank inherits the output: were it still running, the pipe would
+    # stay open and run() would time out.
+    ended = subprocess.run([sys.executable, "-c", _STOPPED_WHILE_STARTING, "--no-python", "x"],
+                           cwd=REPO, env={**os.environ, "TMPDIR": str(temp)},
+                           capture_output=True, text=True, timeout=60)
+    assert ended.returncode != 0 and "SignalException" in ended.stderr, ended.stderr[-3000:]
+    rank = int(ended.stdout.split()[0])
+    assert not Path(f"/proc/{rank}").exists() or \
+        Path(f"/proc/{rank}/stat").read_text().split()[2] == "Z"
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
 def test_a_log_dir_given_to_the_agent_is_kept(tmp_path):
     temp, kept = tmp_path / "tmp", tmp_path / "kept"
     temp.mkdir()

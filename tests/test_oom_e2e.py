@@ -14,9 +14,9 @@ import pytest
 
 from bench.config import TrainConfig
 from bench.host.failures import NO_RECORD, describe_failure, failure_cause
-from bench.host.launchers.nodes import _descendants
 from bench.host.outcome import JobOutcome, NodeOutcome
 from bench.options import ConfigError, on_head
+from bench.processes import descendants
 from conftest import REPO, free_port
 
 # Alone: its cap sits 40 MiB from what a rank needs, and a CI run under two workers lost a
@@ -99,7 +99,7 @@ def test_a_rank_that_fails_mid_collective_ends_the_job_with_its_own_cause(tmp_pa
         stdout, stderr = job.communicate(timeout=150)
     except subprocess.TimeoutExpired:
         # torchrun and its ranks (each in a session of its own), so none is left behind.
-        for member in [*_descendants(job.pid), job]:
+        for member in [*descendants(job.pid), job]:
             with contextlib.suppress(OSError):
                 os.kill(member.pid, signal.SIGKILL)
         stdout, stderr = job.communicate(timeout=30)

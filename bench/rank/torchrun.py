@@ -17,6 +17,13 @@ runs torchrun unchanged. The launchers that know every node is on this host (nat
 netns) give ``--store-bind``; the others (their nodes on other hosts, a container's
 entrypoint) give none, and the store listens as torchrun's does.
 
+Orphans: torchrun's agent ends the ranks it started when it is stopped (SIGTERM), but only
+those it has taken note of: a SIGTERM that lands while it starts them (torch's
+``start_processes`` has launched a rank and not yet returned) leaves that rank running in a
+session of its own, holding the job's output open, after the agent is gone. So when
+torchrun ends in an exception, whatever is still running below this process is ended
+here (``bench.processes.end``) before the agent leaves.
+
 Litter: torchrun without ``--log-dir`` makes a ``torchelastic_*`` directory in the temp dir
 for its per-run files (the ranks' error files) and never removes it: one more on every host
 for every job. Here the agent's log directory is a temporary one, removed when the agent
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -35,7 +43,7 @@ from torch.distributed import TCPStore
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
-from bench import provenance
+from bench import processes, provenance
 from bench.paths import temporary_tree
 from bench.rank import exiting
 
@@ -58,6 +66,20 @@ def store_bound_to(address: str):
     return make
 
 
+# How long a rank the agent left behind gets to act on SIGTERM before SIGKILL: the agent
+# has already given its own ranks their grace (torch's 30 s) where it knew of them.
+LEFT_BEHIND_GRACE_S = 5.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def end_left_behind(grace_s: float = LEFT_BEHIND_GRACE_S) -> None:
+    """End every process still running below this one (a rank torchrun started and did not
+    end), undisturbed by a further stop signal: the agent is on its way out either way."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    processes.end(processes.descendants(os.getpid()), grace_s)
+
+
 def main(argv: list[str] | None = None) -> None:
     # Our flag comes first, and only there: torchrun's own flags and the workload's follow
     # untouched (no parser of ours could take a workload flag for its own).
@@ -72,8 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     # What torchrun adds is not the user's setting: the ranks' comm_env leaves it out.
     provenance.mark_torchrun_defaults(os.environ)
     with temporary_tree("torchelastic_", "torchrun's log directory") as log_dir:
-        # First on the line, so that a --log-dir among torchrun's flags overrides it.
-        torchrun.main(["--log-dir", str(log_dir), *args])
+        try:
+            # First on the line, so that a --log-dir among torchrun's flags overrides it.
+            torchrun.main(["--log-dir", str(log_dir), *args])
+        except BaseException:
+            end_left_behind()
+            raise
     # Every rank ended well and the agents met at their exit barrier: the job is over, and
     # the launcher waits only for this process. A failure raised above, and goes out as
     # torchrun's own (its report, exit 1).

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench import record
+from bench import processes, record
 from bench.host.failures import peer_lost
 from bench.host.outcome import JobOutcome, NodeOutcome
 
@@ -247,7 +247,7 @@ def shielded() -> Iterator[None]:
 
 def _is_stopped(proc: subprocess.Popen) -> bool:
     """Whether a running node's process is stopped (SIGSTOP: state T)."""
-    stat = _stat(proc.pid) if proc.poll() is None else None
+    stat = processes.stat(proc.pid) if proc.poll() is None else None
     return stat is not None and stat[0] in ("T", "t")
 
 
@@ -297,7 +297,7 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
     a continue lets act on it) would outlive a torchrun killed before its own escalation."""
     # Only below a node still running: a reaped node's pid may belong to another process
     # by now, and its own children were handed to init when it ended.
-    trees = [_descendants(proc.pid) if proc.poll() is None else [] for proc in procs]
+    trees = [processes.descendants(proc.pid) if proc.poll() is None else [] for proc in procs]
     for proc, tree in zip(procs, trees, strict=True):
         if proc.poll() is None:
             _signal(proc, signal.SIGTERM)
@@ -324,52 +324,6 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Process:
-    """A process by pid and start time: a pid reused meanwhile is not signalled."""
-
-    pid: int
-    started: str
-
-    def alive(self) -> bool:
-        stat = _stat(self.pid)
-        return stat is not None and stat[19] == self.started and stat[0] != "Z"
-
-    def send(self, sig: int) -> None:
-        if self.alive():
-            try:
-                os.kill(self.pid, sig)
-            except OSError:   # gone meanwhile, or not ours to signal: the rest still are
-                pass
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name: state, ppid, ... (field 22, the start time,
-    is index 19); None once the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()
-
-
-def _descendants(root: int) -> list[_Process]:
-    """Every process below ``root`` now (children, theirs...), from one read of /proc:
-    each process's parent and start time come from the same read."""
-    children: dict[int, list[_Process]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None:
-                children.setdefault(int(stat[1]), []).append(_Process(int(entry.name), stat[19]))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        member = todo.pop()
-        found.append(member)
-        todo += children.get(member.pid, [])
-    return found
 
 
 def failed_to_start(host: str, reason: str) -> JobOutcome:

@@ -1,0 +1,54 @@
+"""bench.processes: the tree below a process, and ending it, on real processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from bench import processes
+
+
+def _gone(proc: subprocess.Popen, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.poll() is not None
+
+
+def test_the_tree_holds_children_and_theirs_and_ending_it_reaches_one_that_ignores_sigterm():
+    # A shell that ignores SIGTERM, with a sleep of its own below it.
+    shell = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"],
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(tree := processes.descendants(os.getpid())) < 2 and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = {m.pid for m in tree}
+        assert shell.pid in pids and len(pids) >= 2
+        started = time.monotonic()
+        processes.end([m for m in tree if m.pid in pids], grace_s=0.5)
+        assert _gone(shell, 5), "the shell outlived SIGKILL"
+        assert time.monotonic() - started >= 0.5        # SIGTERM's grace was given
+        assert not any(m.alive() for m in tree)
+    finally:
+        shell.kill()
+        shell.wait()
+
+
+def test_a_process_whose_pid_was_reused_is_not_signalled():
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (me,) = [m for m in processes.descendants(os.getpid()) if m.pid == sleeper.pid]
+        assert me.alive()
+        # The same pid with another start time: another process by now.
+        impostor = processes.Process(sleeper.pid, str(int(me.started) + 1))
+        assert not impostor.alive()
+        processes.end([impostor], grace_s=0)
+        assert sleeper.poll() is None
+        processes.end([me], grace_s=5)
+        assert _gone(sleeper, 5)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert processes.stat(sleeper.pid) is None or processes.stat(sleeper.pid)[0] == "Z"
