@@ -259,7 +259,6 @@ def stopped_while_starting(argv):
     raise SignalException("Process got signal: 15", sigval=signal.SIGTERM)
 
 wrapper.torchrun.main = stopped_while_starting
-wrapper.LEFT_BEHIND_GRACE_S = 5.0
 wrapper.main(sys.argv[1:])
 """
 
