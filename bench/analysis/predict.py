@@ -348,9 +348,9 @@ class LinkRange:
 
     Several sweeps of one link are repeated measurements of it: ``each`` keeps them all, and
     a setup's point prediction is the median of its predictions on each (``point_for``).
-    One sweep's prediction strays 4.3% (sd) from its run's others on the 2-CPU VM, and a
+    One sweep's prediction strays 4.2% (sd) from its run's others on the 2-CPU VM, and a
     point from the latest alone carried all of it into every ratio: the same cell read in
-    two runs spread 8.4% (sd), 6.2% from the median of three
+    two runs spread 8.1% (sd), 6.0% from the median of three
     (results/reference/grid-precision/)."""
 
     point: Link
