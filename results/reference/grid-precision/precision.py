@@ -94,6 +94,15 @@ def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
     return (math.sqrt(squares / freedom) if freedom else float("nan")), freedom
 
 
+def sd_interval(freedom: int) -> tuple[float, float]:
+    """The 95% interval of a standard deviation on ``freedom`` degrees of freedom, as
+    factors of the figure (chi-square quantiles by Wilson and Hilferty's approximation)."""
+    def quantile(z: float) -> float:
+        term = 2 / (9 * freedom)
+        return freedom * (1 - term + z * math.sqrt(term)) ** 3
+    return math.sqrt(freedom / quantile(1.96)), math.sqrt(freedom / quantile(-1.96))
+
+
 def within(sd: float, bias: float = 0.0) -> float:
     """P(|bias + e| <= TOLERANCE) for e ~ N(0, sd): a model off by ``bias`` read once."""
     def cdf(x: float) -> float:
@@ -180,8 +189,10 @@ def main() -> int:
     print("\nsd of one run's ratio at R rounds: sqrt(drift^2 + round^2 / R + sweep^2 / S), "
           "S = 1 for the latest sweep, R for every sweep's median; drift what the test-retest "
           "spread leaves at 3 rounds. A cell is within when its ratio is in 0.90-1.10, a "
-          "grid when every cell is. The test-retest spread has few degrees of freedom: its "
-          "95% interval is about 0.7-1.9 times the figure.")
+          "grid when every cell is.")
+    low, high = sd_interval(pooled_sd(median)[1])
+    print(f"The test-retest spread has few degrees of freedom: its 95% interval is about "
+          f"{low:.1f}-{high:.1f} times the figure.")
     return 0
 
 
