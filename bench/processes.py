@@ -61,14 +61,25 @@ def descendants(root: int) -> list[Process]:
     return tree
 
 
-def end(members: list[Process], grace_s: float) -> None:
-    """SIGTERM each of ``members`` (and SIGCONT: a stopped one acts on it only once
-    continued), then SIGKILL those still alive after ``grace_s``."""
+def ask_to_stop(members: list[Process]) -> None:
+    """SIGTERM each of ``members``, and SIGCONT: a stopped one acts on it only once
+    continued."""
     for member in members:
         member.send(signal.SIGTERM)
         member.send(signal.SIGCONT)
-    deadline = time.monotonic() + grace_s
+
+
+def kill_after(members: list[Process], deadline: float) -> None:
+    """Wait until every one of ``members`` has ended or ``time.monotonic()`` reaches
+    ``deadline``, then SIGKILL those still alive."""
     while any(m.alive() for m in members) and time.monotonic() < deadline:
         time.sleep(0.05)
     for member in members:
         member.send(signal.SIGKILL)
+
+
+def end(members: list[Process], grace_s: float) -> None:
+    """SIGTERM each of ``members`` (``ask_to_stop``), then SIGKILL those still alive after
+    ``grace_s``."""
+    ask_to_stop(members)
+    kill_after(members, time.monotonic() + grace_s)

@@ -302,9 +302,7 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
         if proc.poll() is None:
             _signal(proc, signal.SIGTERM)
             _signal(proc, signal.SIGCONT)   # a stopped node acts on SIGTERM only once continued
-        for member in tree:
-            member.send(signal.SIGTERM)
-            member.send(signal.SIGCONT)
+        processes.ask_to_stop(tree)
     end = time.monotonic() + grace_s
     for proc in procs:
         try:
@@ -312,11 +310,7 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 20) -> None:
         except subprocess.TimeoutExpired:
             _signal(proc, signal.SIGKILL)
             proc.wait()
-    left = [m for tree in trees for m in tree]
-    while any(m.alive() for m in left) and time.monotonic() < end:
-        time.sleep(0.1)
-    for member in left:
-        member.send(signal.SIGKILL)
+    processes.kill_after([m for tree in trees for m in tree], end)
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:
