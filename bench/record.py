@@ -200,8 +200,8 @@ def parse_stdout(text: str) -> list[dict]:
 
 def _object(text: str) -> list[dict]:
     try:
-        rec = json.loads(text)
-    except (ValueError, RecursionError):
+        rec = document(text)
+    except ValueError:
         return []
     return [rec] if isinstance(rec, dict) else []
 
@@ -223,10 +223,23 @@ def _constant(text: str):
     raise _Invalid(f"non-finite number {text} (JSON has no NaN or Infinity)")
 
 
+def _object_of(pairs: list) -> dict:
+    """A JSON object whose keys are each given once: with one given twice, which value a
+    reader took would be json's choice (the last), not the writer's."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for n, key in enumerate(keys) if key in keys[:n])
+        raise _Invalid(f"key {_short(repr(twice), 60)} given twice in one object")
+    return found
+
+
 # parse_float costs a Python call per number: only lines that could hold a number too large
 # for a float (an exponent of 3 digits, or 200 digits in a row) are parsed with it.
-_STRICT_DECODER = json.JSONDecoder(parse_float=_float, parse_constant=_constant)
-_DECODER = json.JSONDecoder(parse_constant=_constant)
+_STRICT_DECODER = json.JSONDecoder(parse_float=_float, parse_constant=_constant,
+                                   object_pairs_hook=_object_of)
+_DECODER = json.JSONDecoder(parse_constant=_constant, object_pairs_hook=_object_of)
+_LENIENT_DECODER = json.JSONDecoder(object_pairs_hook=_object_of)
 _MAYBE_HUGE = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{200}")
 # A JSON string can spell a lone UTF-16 surrogate ("\udc80"), which no UTF-8 output holds:
 # a reader printing it, or writing it into a report, would fail. Only lines with such an
@@ -266,6 +279,22 @@ def _parse(raw: bytes, validate: bool) -> dict:
         if problem:
             raise _Invalid(problem)
     return rec
+
+
+def document(text: str, *, finite: bool = True):
+    """One whole JSON document (an ``accept.json``, a reference table, a line another
+    process appends), read as strictly as a results line: no key given twice, lone
+    surrogates replaced (U+FFFD), and finite numbers only (``finite=False``: NaN and
+    Infinity are read as floats, for a reader that skips each part holding one). ValueError
+    saying why, whatever the text: nesting too deep for Python included."""
+    try:
+        value = (_STRICT_DECODER if finite else _LENIENT_DECODER).decode(text)
+        return _without_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON ({error.msg} at line {error.lineno} column "
+                         f"{error.colno})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _without_surrogates(value):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import record  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
 from bench.paths import MARK_COMMENT, check_output, owned_json, write_output  # noqa: E402
@@ -140,7 +140,7 @@ def _verdicts(out: Path, name: str) -> list[dict]:
     verdicts = []
     for path in sorted(out.glob(f"{name}-*/accept.json")):
         try:
-            verdict = json.loads(path.read_text())
+            verdict = record.document(path.read_text(encoding="utf-8", errors="replace"))
         except (OSError, ValueError) as error:
             print(f"{path}: skipped: {error}", file=sys.stderr)
             continue

@@ -26,7 +26,6 @@ test cluster of scripts/slurm-cluster.sh (started here if it is not up).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -39,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import record  # noqa: E402
 from bench.rank import phases  # noqa: E402  (no torch: the marks' format and parser)
 
 NODES = 2
@@ -112,6 +112,20 @@ def floor_run(tmp: Path, env: dict[str, str], repeat: int) -> dict[str, float]:
     return {**marks, "launched": launched, "recorded": ended}
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def timed_cell(rec: dict) -> bool:
+    """An ok row of a cell the matrix launched, with the times ``cell_marks`` reads (a row
+    the trainer wrote by itself has no launch time)."""
+    cell = rec.get("matrix")
+    return (rec.get("status") == "ok" and isinstance(cell, dict)
+            and isinstance(cell.get("logs"), str)
+            and all(_number(cell.get(k)) for k in ("launched_at", "recorded_at"))
+            and all(_number(rec.get(k)) for k in ("first_step_done", "last_step_done")))
+
+
 def cell_marks(rec: dict) -> dict[str, float]:
     """A row's marks: the rank's from its node logs, the launch and the row from the row."""
     logs = Path(rec["matrix"]["logs"])
@@ -171,9 +185,10 @@ def run_matrix(launcher: str, a: argparse.Namespace, tmp: Path, env: dict[str, s
     if out.returncode != 0:   # the other launchers' figures, and this one's good rows, stand
         print(f"launch_overhead: the {launcher} matrix failed:\n{out.stderr[-2000:]}",
               file=sys.stderr)
-    rows = [json.loads(line) for line in results.read_text().splitlines()] \
-        if results.exists() else []
-    return [cell_marks(row) for row in rows if row["status"] == "ok"]
+    # The shared reader: a line that is no training record is skipped with a warning
+    # naming the file and the line.
+    rows = record.training(record.read(results)) if results.exists() else []
+    return [cell_marks(row) for row in rows if timed_cell(row)]
 
 
 def cell(value: float | None) -> str:

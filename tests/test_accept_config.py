@@ -198,3 +198,24 @@ def test_the_fault_benchmark_counts_each_device_check_apart(tmp_path, capsys):
     assert matmul["largest_shortfall"] == pytest.approx(0.01)
     text = faults.markdown([], "device", faults.by_check(tmp_path))
     assert "| clean | memory bandwidth | 3 | 2 | 20.0% |" in text
+
+
+@pytest.mark.parametrize("text", ["[", "[]", '{"models": [1]}', '{"models": {"m": [1]}}',
+                                  '{"models": {}, "models": {}}', '{"models": {"m": NaN}}',
+                                  "[" * 100_000 + "]" * 100_000])
+def test_a_reference_table_that_is_none_is_refused_naming_the_setting(tmp_path, text):
+    path = tmp_path / "reference.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="--reference"):
+        accept.load_reference(path)
+
+
+def test_the_fault_benchmark_skips_a_verdict_it_cannot_read(tmp_path, capsys):
+    faults = _faults_script()
+    for name, text in (("clean-1", "[" * 100_000), ("clean-2", '{"rows": [], "rows": 1}'),
+                       ("clean-3", '{"exit_code": 0, "failed": 0, "warned": 0, "rows": []}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "accept.json").write_text(text)
+    assert [v["exit_code"] for v in faults._verdicts(tmp_path, "clean")] == [0]
+    err = capsys.readouterr().err
+    assert "clean-1/accept.json: skipped" in err and "clean-2/accept.json: skipped" in err

@@ -328,7 +328,8 @@ def test_a_baseline_file_is_read_row_by_row(tmp_path, capsys):
     assert read == rows and date == "2026-11-02"
     err = capsys.readouterr().err
     assert f"{path}: row 2: skipped" in err and f"{path}: row 3: skipped" in err
-    for text in ("[]", "{", '{"rows": 3}'):
+    for text in ("[]", "{", '{"rows": 3}', '{"rows": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                 '{"rows": [], "rows": []}'):
         path.write_text(text)
         with pytest.raises(acc.ConfigError, match="--baseline"):
             acc.read_verdict(path)

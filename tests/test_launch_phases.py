@@ -124,3 +124,39 @@ def test_the_overhead_is_startup_and_teardown_less_the_warm_up_and_the_probes():
              "group_joined": 4.75, "group_left": 5.0, "recorded": 6.0}
     summary = lo.summarise([floor], floor=True)
     assert summary["overhead"] == 6.0 and summary["rank+agent exit, stop"] == 1.0
+
+
+def test_the_overhead_script_reads_its_rows_through_the_shared_reader(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A results file with bad lines and rows it cannot time: each bad line is skipped with
+    a warning naming it, each row without a matrix launch is passed over, the cell's row
+    kept."""
+    import argparse
+    import json
+
+    from bench import record
+    from tests.conftest import REPO
+
+    lo = _launch_overhead()
+    (row, *_) = [r for r in record.load(REPO / "results" / "reference" / "emulated-cpu" /
+                                        "1gbit.jsonl") if r["status"] == "ok"]
+    cell = {**row, "first_step_done": 2.0, "last_step_done": 8.0,
+            "matrix": {**row.get("matrix", {}), "logs": str(tmp_path / "logs"),
+                       "launched_at": 1.0, "recorded_at": 9.0}}
+    alone = {k: v for k, v in cell.items() if k != "matrix"}     # the trainer's own row
+
+    def matrix_run(cmd, **kwargs):
+        results = cmd[cmd.index("--results") + 1]
+        with open(results, "w") as out:
+            out.write("{torn\n[1]\n" + json.dumps({"mode": "steadiness"}) + "\n"
+                      + json.dumps(alone) + "\n" + json.dumps(cell) + "\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(lo.subprocess, "run", matrix_run)
+    marks = lo.run_matrix("native", argparse.Namespace(repeats=1, image=""), tmp_path, {},
+                          tmp_path / "env")
+    assert marks == [{"launched": 1.0, "first_step_done": 2.0, "last_step_done": 8.0,
+                      "recorded": 9.0}]
+    err = capsys.readouterr().err
+    for line in (1, 2, 3):
+        assert f"native.jsonl:{line}: skipped" in err, err

@@ -80,7 +80,7 @@ def test_the_job_waits_for_every_spare_hosts_first_copy(tmp_path):
     assert done is not None and not done()          # nothing written yet
     copies = tmp_path / "neighbours.jsonl"
     copies.write_text(json.dumps({"job_id": "job-n2"}) + "\n" + json.dumps({"job_id": "job-n2"})
-                      + "\n{torn")
+                      + "\n" + "[" * 100_000 + '\n{"job_id": "job-n3", "job_id": "x"}\n{torn')
     assert not done()                               # host 3's copy has not ended
     copies.write_text(copies.read_text() + "\n" + json.dumps({"job_id": "job-n3"}) + "\n")
     assert done()

@@ -65,6 +65,10 @@ BAD_LINES = [
     ("deep", b"[" * 100_000, "nested too deeply"),
     ("long-integer", b'{"mode": "steps", "seed": ' + b"7" * 5000 + b"}",
      "not a usable JSON value"),
+    # json keeps the last of two: a reader would show 5000 where the writer meant either
+    ("duplicate-key", _dumps(TRAINING).replace(b'"samples_per_s": ',
+                                               b'"samples_per_s": 5000.0, "samples_per_s": '),
+     "key 'samples_per_s' given twice"),
 ]
 BLANK_LINES = [b"", b"   \t"]  # not records, not errors: skipped silently
 
@@ -325,6 +329,22 @@ def test_matrix_resume_counts_the_valid_record_among_bad_lines(tmp_path):
     assert "0/0 jobs ok" in proc.stderr and path.read_bytes() == before   # nothing ran
     # A file of bad lines only: nothing is finished (every line warned about), no error.
     assert finished_repeats(_only_bad(tmp_path / "bad.jsonl")) == {}
+    assert finished_repeats(path) == {cell_key(train_cfg.hash(), Topology(1, 1)): 1}
+
+
+def test_matrix_resume_passes_over_valid_records_that_are_no_cell(tmp_path):
+    """A steadiness record (valid, status ok, no config hash) in the results file: --resume
+    counts the cell's record and passes over the other."""
+    from bench.host.matrix import MatrixConfig, cell_key, finished_repeats
+    from bench.topology import Topology
+
+    path = tmp_path / "runs.jsonl"
+    (train_cfg,) = MatrixConfig.from_args(_matrix_args(path), "bench matrix").cells.values()
+    done = {**TRAINING, "config_hash": train_cfg.hash(), "nnodes": 1, "nproc_per_node": 1}
+    (steady, *_) = record.load(REPO / "results" / "reference" / "first-copy" /
+                               "steadiness.jsonl")
+    assert steady["status"] == "ok" and "config_hash" not in steady
+    path.write_bytes(_dumps(steady) + b"\n" + _dumps(done) + b"\n")
     assert finished_repeats(path) == {cell_key(train_cfg.hash(), Topology(1, 1)): 1}
 
 

@@ -35,7 +35,6 @@ its band, or why not.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import statistics
@@ -564,7 +563,9 @@ def read_verdict(path: Path, setting: str = "--baseline") -> tuple[list[Row], st
     """An earlier ``accept.json``: its rows (each that cannot be compared skipped with a
     warning naming the file and the row) and its date."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        # Non-finite figures are read: the row holding one is skipped below, not the file.
+        document = record.document(path.read_text(encoding="utf-8", errors="replace"),
+                                   finite=False)
     except (OSError, ValueError) as error:
         raise ConfigError(setting, path, f"cannot be read as JSON ({error}): give an "
                           "accept.json that bench accept wrote") from None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -128,11 +127,12 @@ def load_reference(path: Path) -> dict[str, dict[str, float]]:
     if not path.exists():
         return {}
     try:
-        table = json.loads(path.read_text())
+        table = record.document(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError) as error:
         raise ConfigError("--reference", path, f"cannot be read as JSON ({error})") from None
     models = table.get("models", {}) if isinstance(table, dict) else None
-    if not isinstance(models, dict):
+    if not isinstance(models, dict) or \
+            not all(isinstance(checks, dict) for checks in models.values()):
         raise ConfigError("--reference", path, 'must be {"models": {MODEL: {CHECK: '
                           'FIGURE}}}')
     return {model: {check: float(value) for check, value in checks.items()

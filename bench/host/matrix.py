@@ -366,7 +366,9 @@ def finished_repeats(results: Path) -> dict[tuple, int]:
             if rec.get("status") == "ok":
                 # The key the matrix computed from the config as given; records written
                 # before it kept one have only the trainer's own hash.
-                given = (rec.get("matrix") or {}).get("config_hash") or rec["config_hash"]
+                given = (rec.get("matrix") or {}).get("config_hash") or rec.get("config_hash")
+                if not isinstance(given, str):   # not a cell's record: a steadiness one
+                    continue
                 key = cell_key(given, Topology.of_record(rec))
                 counts[key] = counts.get(key, 0) + 1
     return counts

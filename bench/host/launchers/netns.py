@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import record
 from bench.host import cgroups, contract, gpus, lab_nfs, netlab
 from bench.host.checks import preflight
 from bench.host.contract import NodeSpec
@@ -115,10 +115,13 @@ def first_copies_done(lab: netlab.Lab, job: JobSpec) -> Callable[[], bool] | Non
             text = path.read_text(errors="replace")
         except OSError:      # not written yet
             return False
+        # Polled while the copies append: a line not whole yet is read again next time,
+        # and any other bad line is for the results' own reader to warn about
+        # (host_copies reads this file with bench.record.read once the copies are done).
         found = set()
         for line in text.splitlines():
             with contextlib.suppress(ValueError):
-                rec = json.loads(line)
+                rec = record.document(line)
                 if isinstance(rec, dict):
                     found.add(rec.get("job_id"))
         return wanted <= found
