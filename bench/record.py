@@ -228,9 +228,11 @@ def _object_of(pairs: list) -> dict:
     reader took would be json's choice (the last), not the writer's."""
     found = dict(pairs)
     if len(found) != len(pairs):
-        keys = [key for key, _ in pairs]
-        twice = next(key for n, key in enumerate(keys) if key in keys[:n])
-        raise _Invalid(f"key {_short(repr(twice), 60)} given twice in one object")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Invalid(f"key {_short(repr(key), 60)} given twice in one object")
+            seen.add(key)
     return found
 
 
