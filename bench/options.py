@@ -37,12 +37,22 @@ _IMAGE_REF = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character a terminal line does not show as itself (a newline, a
+    control character, a lone surrogate) written as its Python escape: a message holding a
+    user's value stays the one line it is meant to be."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 class ConfigError(ValueError):
-    """A user error in the configuration: names the flag, the bad value and what is allowed."""
+    """A user error in the configuration: names the flag, the bad value and what is allowed,
+    on one line whatever the value holds (``one_line``)."""
 
     def __init__(self, flag: str, value: object, allowed: str):
         self.flag, self.value, self.allowed = flag, value, allowed
-        super().__init__(f"{flag}={value!s}: {allowed}")
+        super().__init__(one_line(f"{flag}={value!s}: {allowed}"))
 
 
 def option(default: Any = None, help: str = "", *, choices: typing.Sequence[str] | None = None,

@@ -85,12 +85,23 @@ MARK="BENCH_SLURM_CLUSTER=$DIR"
 
 say() { echo "slurm-cluster: $*" >&2; }
 die() { say "error: $*"; exit 1; }
+# A setting's wrong value: one line naming it (printf %q: a newline in it stays on the
+# line), exit 2 before anything starts.
+refuse() { say "error: $1=$(printf '%q' "$2"): $3"; exit 2; }
 
-case "$PORT" in ''|*[!0-9]*) die "BENCH_SLURM_PORT=$PORT: a port number" ;; esac
-case "$START_TIMEOUT" in ''|*[!0-9]*) die "BENCH_SLURM_START_TIMEOUT=$START_TIMEOUT: seconds" ;; esac
-case "$DIR" in /*) ;; *) die "BENCH_SLURM_DIR=$DIR: an absolute path" ;; esac
-case "$CGROUP" in 0|1) ;; *) die "BENCH_SLURM_CGROUP=$CGROUP: 0 or 1" ;; esac
-case "$PIN" in 0|1) ;; *) die "BENCH_SLURM_PIN=$PIN: 0 or 1" ;; esac
+case "$PORT" in ''|*[!0-9]*) refuse BENCH_SLURM_PORT "$PORT" "a port number" ;; esac
+case "$START_TIMEOUT" in
+  ''|*[!0-9]*) refuse BENCH_SLURM_START_TIMEOUT "$START_TIMEOUT" "seconds" ;; esac
+# The directory reaches slurm.conf's lines and the `env` line a caller evals: letters,
+# digits and . _ - / only (a newline would add a line to slurm.conf, a $(...) would run).
+case "$DIR" in
+  /*[!A-Za-z0-9._/-]*|*/../*|*/..) refuse BENCH_SLURM_DIR "$DIR" \
+    "an absolute path of letters, digits and . _ - / (no .. component)" ;;
+  /*) ;;
+  *) refuse BENCH_SLURM_DIR "$DIR" "an absolute path" ;;
+esac
+case "$CGROUP" in 0|1) ;; *) refuse BENCH_SLURM_CGROUP "$CGROUP" "0 or 1" ;; esac
+case "$PIN" in 0|1) ;; *) refuse BENCH_SLURM_PIN "$PIN" "0 or 1" ;; esac
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -393,6 +404,6 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  env) echo "export SLURM_CONF=$CONF" ;;
+  env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
   *) echo "usage: $0 start|stop|status|env|install" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.config import TrainConfig
 from bench.rank.train import main
@@ -79,3 +81,30 @@ def test_config_hash_ignores_output_path_but_not_measurement():
     b = TrainConfig.from_args(["--steps", "3", "--results", "b.jsonl"])
     c = TrainConfig.from_args(["--steps", "3", "--batch-size", "32"])
     assert a.hash() == b.hash() != c.hash()
+
+
+@given(st.text(), st.text(), st.text())
+def test_a_config_error_is_one_printable_line_whatever_it_names(flag, value, allowed):
+    from bench.options import ConfigError
+
+    message = str(ConfigError(flag, value, allowed))
+    assert message.isprintable() and "\n" not in message
+    # Printable text is kept as given: a value the user can read is shown as typed.
+    if (flag + value + allowed).isprintable():
+        assert message == f"{flag}={value}: {allowed}"
+
+
+@pytest.mark.parametrize("args", [
+    ["matrix", "--dry-run", "--results", "/tmp/a\nb.txt", "--", "--steps", "5"],
+    ["matrix", "--dry-run", "--launcher", "netns", "--link", "a\nb", "--", "--steps", "5"],
+    ["predict", "/nonexistent\n.jsonl", "--link", "a\nb"],
+])
+def test_a_value_holding_a_newline_is_refused_on_one_line(args, tmp_path):
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "\\n" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []

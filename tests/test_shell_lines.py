@@ -466,3 +466,32 @@ def test_doctor_lines_split_back_and_run_nothing(image, ifname, options, device,
     names = [n.lstrip("=") for n in ifname.split(",") if n and not n.startswith("^")]
     links = {c[3] for c in calls if c[:3] == ["ip", "link", "show"]}
     assert links <= {*names, "eth0"} and (not names or names[0] in links), (links, names)
+
+
+# --- the Slurm test cluster's state directory -------------------------------------------------
+
+@pytest.mark.parametrize("state", ["/tmp/s$(touch {mark})", "/tmp/a\nb", "/tmp/a b",
+                                   "/tmp/`touch {mark}`", "/tmp/../etc", "relative", ""])
+def test_the_slurm_clusters_directory_is_refused_unless_plain(state, tmp_path):
+    """BENCH_SLURM_DIR reaches slurm.conf's lines and the `env` line a caller evals: any
+    other character than letters, digits and . _ - / is refused in one line, exit 2."""
+    mark = tmp_path / "ran"
+    env = {**os.environ, "BENCH_SLURM_DIR": state.format(mark=mark)}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "env"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    if state == "":      # unset or empty: the default directory
+        assert proc.returncode == 0 and proc.stdout.startswith("export SLURM_CONF="), proc
+        return
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert len(proc.stderr.splitlines()) == 1 and "BENCH_SLURM_DIR=" in proc.stderr, proc
+    assert not mark.exists()
+
+
+def test_the_slurm_clusters_env_line_evaluates_to_its_directory(tmp_path):
+    state = tmp_path / "state-1.x"
+    line = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "env"],
+                          env={**os.environ, "BENCH_SLURM_DIR": str(state)},
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+    shown = subprocess.run(["bash", "-c", line + 'printf %s "$SLURM_CONF"'],
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    assert shown == str(state / "slurm.conf")
