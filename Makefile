@@ -424,6 +424,7 @@ k8s-manifests: export BENCH_LAUNCHER_SHM_SIZE = $(SHM_SIZE)
 k8s-manifests: venv ## one job as Kubernetes manifests in K8S_DIR: IMAGE, PROFILE, NODES_PER_JOB, GPUS_PER_NODE, K8S_NAMESPACE, RESULTS_CLAIM, SHM_SIZE
 	@case "$$MK_GPUS_PER_NODE" in ''|0|*[!0-9]*) echo "k8s-manifests: GPUS_PER_NODE=$$MK_GPUS_PER_NODE: a whole number, 1 or more (processes per pod on PROFILE=cpu)" >&2; exit 2;; esac; \
 	case "$$MK_NODES_PER_JOB" in ''|0|*[!0-9]*) echo "k8s-manifests: NODES_PER_JOB=$$MK_NODES_PER_JOB: a whole number of nodes, 1 or more" >&2; exit 2;; esac; \
+	case "$$MK_K8S_DIR" in ''|-*) echo "k8s-manifests: K8S_DIR=$$MK_K8S_DIR: the manifests' directory, e.g. results/k8s (empty would write into /)" >&2; exit 2;; esac; \
 	if [ "$$MK_PROFILE" = cpu ]; then device=cpu; else device=cuda; fi; \
 	for kind in indexed pytorchjob; do \
 	  if [ $$kind = indexed ]; then file=job.yaml; else file=pytorchjob.yaml; fi; \

@@ -11,6 +11,7 @@ Three rules from the project's safety promises live here and only here:
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -27,6 +28,20 @@ from bench.options import ConfigError
 # A name safe to use as one directory entry: no separators, no leading dot or dash (no
 # hidden entries, no option look-alikes), printable ASCII only.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+
+
+def path_arg(text: str) -> Path:
+    """A path flag's value (argparse's ``type`` for every one): refused when empty, since
+    ``Path("")`` is the current directory and a flag a Makefile variable left empty would
+    read or write there, and when it holds a control character (a newline splits every
+    line that names the file)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' is an empty path: give a file or directory "
+                                         "(. for the current one)")
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{ascii(text)[:80]} holds a control character: "
+                                         "give a path of printable characters")
+    return Path(text)
 
 
 def child(parent: Path, name: str, setting: str) -> Path:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from bench import record  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
-from bench.paths import MARK_COMMENT, check_output, owned_json, write_output  # noqa: E402
+from bench.paths import MARK_COMMENT, check_output, owned_json, path_arg, write_output  # noqa: E402
 
 HOSTS = 4
 FAULTY = 2
@@ -221,12 +221,12 @@ def markdown(rows: list[dict], stages: str, checks: Sequence[dict] = ()) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineErrorParser(description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=path_arg, required=True)
     p.add_argument("--clean", type=int, default=10, help="clean runs (default: 10)")
     p.add_argument("--faulty", type=int, default=1, help="runs of each fault (default: 1)")
     p.add_argument("--stages", default="preflight,device,link",
                    help="bench accept's stages (default: preflight,device,link)")
-    p.add_argument("--nfs-export", type=Path, help="serve this staged dataset export from "
+    p.add_argument("--nfs-export", type=path_arg, help="serve this staged dataset export from "
                    "an NFS server host and add the data stage and the data condition")
     p.add_argument("--analyse-only", action="store_true")
     a = p.parse_args(argv)

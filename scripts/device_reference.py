@@ -18,11 +18,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import record  # noqa: E402
 from bench.analysis import acceptance  # noqa: E402
+from bench.paths import path_arg  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("files", nargs="+", type=path_arg, metavar="FILE")
     args = parser.parse_args(argv)
     records, sources = [], []
     for path in args.files:

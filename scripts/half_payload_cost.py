@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hook_cost import pinned_gloo_rank, positive_count  # noqa: E402
 
 from bench.config import OneLineErrorParser  # noqa: E402
+from bench.paths import path_arg  # noqa: E402
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -50,7 +51,7 @@ def main() -> int:
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=positive_count, default=2 * 2**20)
     parser.add_argument("--tries", type=positive_count, default=40)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_arg, required=True)
     args = parser.parse_args()
     rank, world = pinned_gloo_rank()
     tensors = {f"{dtype} | {name}": values.to(DTYPES[dtype])

@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import ConfigError, ModelConfig, OneLineErrorParser  # noqa: E402
+from bench.paths import path_arg  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -85,7 +86,7 @@ def main() -> int:
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     add_workload_flags(parser)
     parser.add_argument("--tries", type=positive_count, default=60)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_arg, required=True)
     args = parser.parse_args()
     cfg = workload_config(args, parser)
     rank, world = pinned_gloo_rank()

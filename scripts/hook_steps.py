@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import OneLineErrorParser  # noqa: E402
+from bench.paths import path_arg  # noqa: E402
 from bench.rank.models import build_model, input_shape  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -57,7 +58,7 @@ def main() -> int:
     parser.add_argument("--observed", action="store_true",
                         help="every hook (none: the plain all-reduce hook) inside an observer "
                              "that stamps each bucket and chains a callback, as the trainer's")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_arg, required=True)
     args = parser.parse_args()
     names = args.hooks.split(",")
     if not names or not set(names) <= set(HOOKS) or len(set(names)) != len(names):

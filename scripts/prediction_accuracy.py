@@ -69,7 +69,7 @@ from bench.host import steadiness as steadiness_run  # noqa: E402
 from bench.host import timed_window  # noqa: E402
 from bench.host.launchers import netns  # noqa: E402
 from bench.options import ConfigError, finite_float, require_range  # noqa: E402
-from bench.paths import MARK_COMMENT, child, write_output  # noqa: E402
+from bench.paths import MARK_COMMENT, child, path_arg, write_output  # noqa: E402
 from bench.topology import parse_choices, parse_positive_ints  # noqa: E402
 from bench.units import parse_rate, parse_size  # noqa: E402
 
@@ -382,10 +382,10 @@ def main() -> int:
                    help="seconds of bench steadiness before the first round and after the "
                    "last (of each workload, with --grid; default: "
                    f"{steadiness_run.DEFAULT_SECONDS:g}; 0 skips it)")
-    p.add_argument("--grid", type=Path, default=None, help="a grid file: every workload in "
+    p.add_argument("--grid", type=path_arg, default=None, help="a grid file: every workload in "
                    "it, each into OUT/NAME, then OUT/grid.md (e.g. scripts/accuracy-grid.tsv)")
     p.add_argument("--workloads", default=None, help="with --grid: only these (names)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=path_arg, required=True)
     p.add_argument("--analyse-only", action="store_true")
     a = p.parse_args()
     try:

@@ -60,6 +60,7 @@ from bench.analysis.prediction import (  # noqa: E402
 )
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError  # noqa: E402
+from bench.paths import path_arg  # noqa: E402
 from bench.topology import Topology  # noqa: E402
 
 T = TypeVar("T")
@@ -369,8 +370,8 @@ def bucket_marks(records: list[dict], sweeps: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="step_parts", description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--link-from", type=Path, help="the all-reduce sweep(s) on the "
+    parser.add_argument("files", nargs="+", type=path_arg)
+    parser.add_argument("--link-from", type=path_arg, help="the all-reduce sweep(s) on the "
                         "cells' link: set each N-node cell beside the prediction")
     args = parser.parse_args(argv)
     try:

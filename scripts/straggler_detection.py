@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from bench import record  # noqa: E402
 from bench.config import OneLineErrorParser  # noqa: E402
 from bench.options import ConfigError, require_range  # noqa: E402
-from bench.paths import MARK_COMMENT, check_output, owned_json, write_output  # noqa: E402
+from bench.paths import MARK_COMMENT, check_output, owned_json, path_arg, write_output  # noqa: E402
 from bench.units import format_rate, parse_rate, tc_rate  # noqa: E402
 
 HOSTS = 4
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="default: 1024 for mlp, 64 for resnet18")
     p.add_argument("--steps", type=int, default=30, help="timed steps per run (default: 30)")
     p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--out", type=Path, required=True, help="the directory of records and table")
+    p.add_argument("--out", type=path_arg, required=True, help="the directory of records and table")
     p.add_argument("--analyse-only", action="store_true",
                    help="only tabulate the records already in --out")
     a = p.parse_args(argv)

@@ -670,3 +670,19 @@ def test_the_entrypoint_maps_what_kubernetes_sets(tmp_path, env, expected):
     flags = entrypoint(tmp_path, env)
     assert tuple(flags[f] for f in ("--nnodes", "--node_rank", "--nproc_per_node",
                                     "--master_addr", "--master_port")) == expected
+
+
+def test_the_manifest_never_replaces_a_file_bench_did_not_write(tmp_path):
+    """--output over a user's file: refused before anything is rendered, the file kept; a
+    manifest bench wrote (its mark first) is replaced by the next render."""
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("mine\n")
+    proc = render(output=notes)
+    assert proc.returncode == 2 and "--output=" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and notes.read_text() == "mine\n"
+    manifest = tmp_path / "k8s" / "job.yaml"
+    for _ in range(2):
+        proc = render(output=manifest)
+        assert proc.returncode == 0, proc.stderr
+    assert len(list(yaml.safe_load_all(manifest.read_text()))) >= 2
+    assert sorted(p.name for p in manifest.parent.iterdir()) == ["job.yaml"]

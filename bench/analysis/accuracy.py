@@ -64,6 +64,7 @@ from bench.analysis.predict import (
 from bench.analysis.steadiness import CHECKED_TOLERANCE
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import path_arg
 from bench.units import format_rate
 
 # The goal: measured / predicted within this range for every row (0.90-1.10).
@@ -281,9 +282,9 @@ def grid_table(workloads: list[Measured]) -> str:
 def main(argv: list[str] | None = None, prog: str = "bench accuracy") -> int:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="training records of 1 and N nodes "
+    p.add_argument("results", type=path_arg, nargs="+", help="training records of 1 and N nodes "
                    "measured on one link")
-    p.add_argument("--link-from", type=Path, required=True, help="all-reduce sweeps on the "
+    p.add_argument("--link-from", type=path_arg, required=True, help="all-reduce sweeps on the "
                    "same link, over 2 and over each N nodes")
     p.add_argument("--no-neighbours", action="store_true", help="start from the one-node "
                    "cells' own records only, not also from their emulated neighbours' copies")

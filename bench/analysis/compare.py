@@ -17,7 +17,6 @@ import argparse
 import math
 import statistics
 import sys
-from pathlib import Path
 
 from tabulate import tabulate
 
@@ -25,6 +24,7 @@ from bench import record
 from bench.analysis.table import FIELDS, metric_of, natural_order, parse_group_by
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import path_arg
 
 DEFAULT_MATCH = ("model", "data", "mode", "precision", "comm_hook", "strategy", "variant",
                  "batch", "topology")
@@ -120,8 +120,8 @@ def side(records: list[dict]) -> str:
 def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("a", type=Path, help="the reference results")
-    parser.add_argument("b", type=Path, help="the results compared with it")
+    parser.add_argument("a", type=path_arg, help="the reference results")
+    parser.add_argument("b", type=path_arg, help="the results compared with it")
     parser.add_argument("--match", default=",".join(DEFAULT_MATCH),
                         help="fields a cell must share on both sides")
     parser.add_argument("--threshold", type=float, default=0.05,

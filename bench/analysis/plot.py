@@ -29,7 +29,7 @@ from bench.analysis import breakdown
 from bench.analysis.table import FIELDS, device_of, metric_of, setup_label
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, write_output
+from bench.paths import OWNED_MARK, PNG_MARK_KEY, check_output, path_arg, write_output
 from bench.topology import Topology
 
 WORKLOAD = ("model", "data", "mode", "precision", "backend", "comm_hook", "strategy", "variant")
@@ -314,8 +314,8 @@ def _png(fig) -> bytes:
 
 def main(argv: list[str] | None = None, prog: str = "bench plot") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__)
-    parser.add_argument("results", type=Path)
-    parser.add_argument("--out-dir", type=Path, help="default: beside the results file")
+    parser.add_argument("results", type=path_arg)
+    parser.add_argument("--out-dir", type=path_arg, help="default: beside the results file")
     args = parser.parse_args(argv)
     try:
         # The file must hold a valid record; invalid lines are skipped with a warning.

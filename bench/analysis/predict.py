@@ -218,6 +218,7 @@ from bench.analysis.prediction import (
 from bench.analysis.table import FIELDS, parse_where, select
 from bench.config import HOOK_WIRE_DTYPE, OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import path_arg
 from bench.topology import Topology, parse_positive_ints
 from bench.units import parse_rate
 
@@ -810,11 +811,11 @@ def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:
 def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, nargs="+", help="results files with single-node "
+    p.add_argument("results", type=path_arg, nargs="+", help="results files with single-node "
                    "training records (taken: nnodes 1, status ok)")
     p.add_argument("--link", help="a nominal link rate, e.g. 1gbit, 5gbit, 10gbit; with "
                    "--link-from: the rate to move the measured link to")
-    p.add_argument("--link-from", type=Path, help="a results file with all-reduce records "
+    p.add_argument("--link-from", type=path_arg, help="a results file with all-reduce records "
                    "measured on the link (the point: the median of the predictions on each "
                    "sweep of the latest one's link; the band: their slowest and fastest)")
     p.add_argument("--latency", type=float, default=0.0,
@@ -822,7 +823,7 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p.add_argument("--nodes", default="2,4", help="node counts to predict (default: 2,4)")
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
                    help="only matching records (fields as in bench table)")
-    p.add_argument("--steadiness", type=Path, help="a results file of bench steadiness run "
+    p.add_argument("--steadiness", type=path_arg, help="a results file of bench steadiness run "
                    "on the hosts that measured: how far their CPUs drift by themselves is "
                    "printed beside measured / predicted")
     p.add_argument("--no-neighbours", action="store_true", help="emulated hosts: start from "

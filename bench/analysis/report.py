@@ -48,7 +48,7 @@ from bench.analysis.table import (
 )
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
-from bench.paths import MARK_COMMENT, check_output, write_output
+from bench.paths import MARK_COMMENT, check_output, path_arg, write_output
 from bench.topology import Topology
 from bench.units import format_rate, format_size
 
@@ -481,8 +481,8 @@ FIX = "give the results file another name ending in .jsonl (the report takes its
 def main(argv: list[str] | None = None, prog: str = "bench report") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path)
-    parser.add_argument("--prediction", type=Path,
+    parser.add_argument("results", type=path_arg)
+    parser.add_argument("--prediction", type=path_arg,
                         help="a text file with `bench predict` output to include")
     args = parser.parse_args(argv)
     try:

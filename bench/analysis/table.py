@@ -28,6 +28,7 @@ from bench import record
 from bench.analysis import breakdown
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError
+from bench.paths import path_arg
 from bench.topology import Topology, parse_choices
 
 
@@ -365,7 +366,7 @@ def plot_links(results: list[Path], fmt: str) -> list[str]:
 def main(argv: list[str] | None = None, prog: str = "bench table") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("files", nargs="+", type=path_arg)
     parser.add_argument("--format", choices=FORMATS, default="markdown")
     parser.add_argument("--group-by", default=",".join(DEFAULT_GROUP_BY),
                         help=f"fields that make one table (from: {', '.join(FIELDS)})")

@@ -53,7 +53,7 @@ from bench.host.launchers import registry
 from bench.host.launchers.netns import NetnsOptions
 from bench.host.netlab import terminate_raises
 from bench.options import ConfigError, require_range
-from bench.paths import check_output, owned_json, write_output
+from bench.paths import check_output, owned_json, path_arg, write_output
 from bench.topology import Topology
 from bench.units import parse_rate
 
@@ -66,7 +66,7 @@ ALL_STAGES = ("preflight", *STAGES, "job")
 def parser(prog: str) -> OneLineErrorParser:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--out", type=path_arg, required=True,
                    help="directory for accept.json and the figures (created)")
     p.add_argument("--nodes", type=int, default=2, help="nodes in the job (default: 2)")
     p.add_argument("--gpus", type=int, default=1,
@@ -90,12 +90,12 @@ def parser(prog: str) -> OneLineErrorParser:
                    "(InfiniBand or RoCE) or Socket (default: BENCH_EXPECT_NET here, else what "
                    "the nodes were told, as the gpu-ib profile tells them IB; with none, "
                    "sockets between nodes only warn)")
-    p.add_argument("--reference", type=Path, default=REFERENCE,
+    p.add_argument("--reference", type=path_arg, default=REFERENCE,
                    help="the device reference table (JSON: model -> check -> figure)")
-    p.add_argument("--baseline", type=Path,
+    p.add_argument("--baseline", type=path_arg,
                    help="an earlier accept.json of this cluster: each figure is also judged "
                    "against it, with a confidence interval")
-    p.add_argument("--prometheus-textfile", type=Path,
+    p.add_argument("--prometheus-textfile", type=path_arg,
                    help="also write the verdict for node_exporter's textfile collector, "
                    "e.g. /var/lib/node_exporter/bench_accept.prom")
     p.add_argument("--pushgateway", help="also push the verdict to this Pushgateway, e.g. "

@@ -17,7 +17,7 @@ from bench.host.launchers.base import JobSpec
 from bench.host.launchers.compose import SERVICES, ComposeLauncher, ComposeOptions
 from bench.host.settings import NodeSettings, check_data_volume, load
 from bench.options import ConfigError, check_image, finite_float, on_head, require_range
-from bench.paths import check_writable_file
+from bench.paths import check_writable_file, path_arg
 from bench.topology import Topology
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
         prog=prog, description="Run one job through Compose, one Compose project per node "
         "on this host; trainer flags follow `--`.")
     parser.add_argument("--profile", choices=sorted(SERVICES), default="cpu")
-    parser.add_argument("--env-file", type=Path, required=True)
+    parser.add_argument("--env-file", type=path_arg, required=True)
     parser.add_argument("--nnodes", type=int, help="default: NNODES of the settings")
     parser.add_argument("--nproc-per-node", type=int,
                         help="default: NPROC_PER_NODE of the settings")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None, prog: str = "bench compose") -> int:
                         help="start only this node (NODE_RANK of the settings) of a job whose "
                         "other nodes start elsewhere; default: every node on this host")
     parser.add_argument("--image", required=True)
-    parser.add_argument("--results", type=Path, default=Path("results/runs.jsonl"))
+    parser.add_argument("--results", type=path_arg, default=Path("results/runs.jsonl"))
     parser.add_argument("--deadline", type=finite_float, default=1800.0,
                         help="seconds before every node is stopped (default: %(default)s)")
     args = parser.parse_args(own)

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from bench import manifest
 from bench.config import FASHION_MNIST_FILES, OneLineErrorParser, find_idx_file
 from bench.options import ConfigError, require_range
-from bench.paths import child, remove_tree_inside
+from bench.paths import child, path_arg, remove_tree_inside
 
 DEFAULT_SOURCES = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
 DATASETS = ("fashion-mnist", "cifar10", "imagefolder")
@@ -196,14 +196,14 @@ def main(argv: list[str] | None = None, prog: str = "bench dataset") -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     p_stage = sub.add_parser("stage", help="copy a dataset into the export and write its manifest")
     p_stage.add_argument("dataset", choices=DATASETS)
-    p_stage.add_argument("--src", type=Path, help="where the dataset is now "
+    p_stage.add_argument("--src", type=path_arg, help="where the dataset is now "
                          "(default for fashion-mnist: /usr/share/datasets/fashion-mnist)")
-    p_stage.add_argument("--export", type=Path, default=Path("nfs/export"),
+    p_stage.add_argument("--export", type=path_arg, default=Path("nfs/export"),
                          help="the export directory (default: %(default)s)")
     p_stage.add_argument("--name", help="directory name in the export (default: the dataset)")
     p_stage.add_argument("--download", action="store_true", help="cifar10: download it")
     p_verify = sub.add_parser("verify", help="check a staged dataset against its manifest")
-    p_verify.add_argument("directory", type=Path)
+    p_verify.add_argument("directory", type=path_arg)
     p_verify.add_argument("--sample", type=int, default=0, help="check N random files only")
     args = parser.parse_args(argv)
     try:

@@ -76,6 +76,7 @@ from bench.host.launchers import k8s, registry
 from bench.host.launchers.ssh import ssh_argv, ssh_base
 from bench.host.settings import read_env_file
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, check_image, finite_float
+from bench.paths import path_arg
 from bench.topology import parse_hosts, shown
 
 # This module is the command: its flags and the order of the checks. The checks live in
@@ -157,10 +158,10 @@ def main(argv: list[str] | None = None, prog: str = "bench doctor") -> int:
                         help="GPUs torch must see on each GPU host (default: 1; 0: a CPU "
                         "job, the GPUs are not checked)")
     parser.add_argument("--image", default="bench-trainer:cuda", help="the trainer image")
-    parser.add_argument("--env-file", type=Path, help="node settings (NCCL/GLOO interface, "
+    parser.add_argument("--env-file", type=path_arg, help="node settings (NCCL/GLOO interface, "
                         "dataset volume); default compose/.env, else compose/.env.example")
     parser.add_argument("--dataset", default="fashion-mnist", help="dataset directory to verify")
-    parser.add_argument("--ssh-config", type=Path, help="an ssh_config file for ssh -F")
+    parser.add_argument("--ssh-config", type=path_arg, help="an ssh_config file for ssh -F")
     parser.add_argument("--master-port", type=int, help="the rendezvous port to probe "
                         f"(default: MASTER_PORT of the settings, else {DEFAULT_MASTER_PORT})")
     parser.add_argument("--timeout", type=finite_float, default=300.0,

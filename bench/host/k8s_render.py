@@ -8,9 +8,7 @@ launchers, which must not need each other.
 """
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from bench import record
@@ -18,6 +16,7 @@ from bench.host import matrix
 from bench.host.launchers.k8s import K8sOptions
 from bench.host.launchers.registry import build
 from bench.options import ConfigError
+from bench.paths import HASH_MARK, check_output, write_output
 
 USAGE = ("usage: {prog} render [--output FILE] [--k8s-kind indexed|pytorchjob] "
          "[--topologies NxG] [--batch-sizes B] [--models M] --image IMAGE [--env-file FILE] "
@@ -51,16 +50,10 @@ def _take_output(argv: list[str]) -> tuple[Path | None, list[str]]:
 
 
 def _write(path: Path, text: str) -> None:
-    """The whole file or none: written beside its place, then renamed over it."""
+    """The whole file or none (paths.write_output), the stack's mark as its first line: a
+    file there that bench did not write is never replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_output(path, f"{HASH_MARK}\n{text}", setting="--output")
 
 
 def main(argv: list[str] | None = None, prog: str = "bench k8s") -> int:
@@ -77,6 +70,8 @@ def main(argv: list[str] | None = None, prog: str = "bench k8s") -> int:
         output, rest = _take_output(argv[1:])
         if output is not None and (output.is_dir() or not output.name):
             raise ConfigError("--output", output, "give a file path, e.g. results/k8s/job.yaml")
+        if output is not None:
+            check_output(output, "--output")     # before anything is rendered or written
         cfg = matrix.MatrixConfig.from_args(["--launcher", "k8s", *rest], prog)
         if len(cfg.cells) * cfg.repeats != 1:
             raise ConfigError("--topologies", f"{len(cfg.cells)} cell(s) x {cfg.repeats} "

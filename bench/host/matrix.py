@@ -60,7 +60,7 @@ from bench.options import (
     on_head,
     require_range,
 )
-from bench.paths import check_output, check_results_beside_reports
+from bench.paths import check_output, check_results_beside_reports, path_arg
 from bench.topology import (
     Topology,
     parse_choices,
@@ -211,7 +211,7 @@ def parser(prog: str) -> OneLineErrorParser:
     p.add_argument("--dry-run", action="store_true", help="print each job as its launcher "
                    "would start it (torchrun lines, Compose commands, sbatch script); "
                    "start nothing")
-    p.add_argument("--results", type=Path, default=Path("results/runs.jsonl"),
+    p.add_argument("--results", type=path_arg, default=Path("results/runs.jsonl"),
                    help="the records file, *.jsonl (the report is written beside it as "
                    ".md and .html); a symbolic link is refused: give the file itself")
     p.add_argument("--resume", action="store_true",

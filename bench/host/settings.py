@@ -21,6 +21,7 @@ from pathlib import Path
 from bench import nccl_log
 from bench.config import MAX_TIMEOUT_S, OneLineErrorParser
 from bench.options import MAX_PORT, MIN_PORT, ConfigError, finite_float
+from bench.paths import path_arg
 
 PROFILES = ("cpu", "gpu", "gpu-ib", "nfs")
 NFS_PORT = 2049
@@ -462,7 +463,7 @@ INTERPOLATED = (
 def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-file", type=Path, required=True)
+    parser.add_argument("--env-file", type=path_arg, required=True)
     parser.add_argument("--profile", required=True, help=", ".join(PROFILES))
     parser.add_argument("--nfs-timeout", type=finite_float, default=5.0,
                         help="seconds to wait for the NFS server (default: %(default)s)")

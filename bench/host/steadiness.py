@@ -20,13 +20,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from bench import provenance, record
 from bench.analysis import steadiness
 from bench.config import OneLineErrorParser
 from bench.options import ConfigError, finite_float, require_range
-from bench.paths import RESULTS_SUFFIX, check_writable_file
+from bench.paths import RESULTS_SUFFIX, check_writable_file, path_arg
 
 DEFAULT_SECONDS = 30.0
 DEFAULT_WINDOW_S = 5.0
@@ -116,7 +115,7 @@ def run(cpus: list[int], seconds: float, window_s: float) -> list[dict]:
 def main(argv: list[str] | None = None, prog: str = "bench steadiness") -> int:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--out", type=path_arg, required=True,
                    help="the results file the records are appended to (.jsonl)")
     p.add_argument("--seconds", type=finite_float, default=DEFAULT_SECONDS,
                    help=f"how long each copy runs (default: {DEFAULT_SECONDS:g})")

@@ -26,13 +26,13 @@ import argparse
 import math
 import statistics
 import sys
-from pathlib import Path
 
 from bench import record
 from bench.analysis.prediction import probe_key, workload_key
 from bench.catalog import MODEL_NAMES
 from bench.config import MAX_BATCH_SIZE, ModelConfig, OneLineErrorParser
 from bench.options import ConfigError, finite_float, require_range
+from bench.paths import path_arg
 
 # The most steps a cell may time.
 MAX_STEPS = 100_000
@@ -93,7 +93,7 @@ def check(steps: int, min_timed_s: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineErrorParser(prog="python -m bench.host.timed_window", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sweeps", type=Path, nargs="?", help="the all-reduce sweeps' results file")
+    p.add_argument("sweeps", type=path_arg, nargs="?", help="the all-reduce sweeps' results file")
     p.add_argument("--model", required=True, choices=MODEL_NAMES)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--mlp-width", type=int, default=None, help="(default: the trainer's)")
