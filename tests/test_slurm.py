@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.host import contract
 from bench.host.failures import describe_failure
@@ -169,3 +171,26 @@ def test_doctor_reads_the_munge_socket_slurm_authenticates_through():
     assert munge_socket(config) == "/var/lib/x/run/munge.socket"
     assert munge_socket("AuthInfo                = (null)\nAuthType = auth/munge\n") is None
     assert munge_socket("") is None
+
+
+@pytest.mark.parametrize("limit, seconds", [
+    ("1", 60), ("30", 1800), ("90:00", 5400), ("1:30", 90), ("1:00:00", 3600),
+    ("2-12", 216000), ("1-0:30", 88200), ("1-00:00:30", 86430), ("365-0", 365 * 86400)])
+def test_a_slurm_time_limit_is_read_in_seconds(limit, seconds):
+    assert slurm.time_limit_s(limit) == seconds
+    assert slurm.SlurmOptions(time_limit=limit).time_limit == limit
+
+
+# 0 is no limit to Slurm (the deadline would never come); a field past its clock is none.
+@pytest.mark.parametrize("limit", ["0", "0:00", "0:59", "00:00:00", "0-0", "5:99", "1:99:99",
+                                   "1:00:60", "999-99", "1-24", "1-0:60", "999999", "366-0"])
+def test_a_slurm_time_limit_out_of_range_is_refused(limit):
+    assert slurm.time_limit_s(limit) is None
+    with pytest.raises(ConfigError, match="--time-limit"):
+        slurm.SlurmOptions(time_limit=limit)
+
+
+@given(st.text(max_size=20))
+def test_any_text_is_a_time_limit_in_range_or_refused(text):
+    seconds = slurm.time_limit_s(text)
+    assert seconds is None or 60 <= seconds <= slurm.MAX_TIME_LIMIT_DAYS * 86400

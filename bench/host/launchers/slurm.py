@@ -44,6 +44,7 @@ PORT_BASE, PORT_SPREAD = 20000, 20000   # MASTER_PORT = base + job id % spread
 _EXIT_LINE = re.compile(r"\[bench-slurm\] node (\d+) \((\S*)\) exited (-?\d+)")
 # What goes into an #SBATCH line, each matched whole (re.fullmatch): one line, one word.
 _TIME_LIMIT = re.compile(r"\d{1,6}|\d{1,6}:\d{2}(?::\d{2})?|\d{1,3}-\d{1,2}(?::\d{2}){0,2}")
+MAX_TIME_LIMIT_DAYS = 365
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # A log directory in --output=: no blank (sbatch splits the line at blanks), no quote or
@@ -71,6 +72,35 @@ TASK = "; ".join([
     '"${argv[@]}"', 'rc=$?',
     'if (( ${#rest[@]} )); then "${rest[@]}" >/dev/null 2>&1; fi',
     'echo "[bench-slurm] node $node ($SLURMD_NODENAME) exited $rc"', 'exit $rc'])
+
+
+def time_limit_s(text: str) -> int | None:
+    """Seconds in a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]), or None
+    where it is not one, has a field past its clock (5:99), or lies outside 1 minute to
+    MAX_TIME_LIMIT_DAYS: Slurm reads 0 as no limit at all, which the deadline relies on."""
+    if not _TIME_LIMIT.fullmatch(text):
+        return None
+    days, _, clock = text.rpartition("-")
+    fields = [int(field) for field in clock.split(":")]
+    bounded: tuple[int, ...]                    # the fields with a clock's limit, and those
+    limits: tuple[int, ...]
+    if days:                                    # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (fields + [0, 0])[:3]
+        bounded, limits = (hours, minutes, seconds), (23, 59, 59)
+        total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    elif len(fields) == 3:                      # HH:MM:SS
+        hours, minutes, seconds = fields
+        bounded, limits = (minutes, seconds), (59, 59)
+        total = (hours * 60 + minutes) * 60 + seconds
+    elif len(fields) == 2:                      # MM:SS
+        bounded, limits = (fields[1],), (59,)
+        total = fields[0] * 60 + fields[1]
+    else:                                       # minutes
+        bounded, limits = (), ()
+        total = fields[0] * 60
+    if any(value > limit for value, limit in zip(bounded, limits, strict=True)):
+        return None
+    return total if 60 <= total <= MAX_TIME_LIMIT_DAYS * 86400 else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,9 +136,11 @@ class SlurmOptions:
             if value is not None and not _NAME.fullmatch(value):
                 raise ConfigError(f"--{name}", value, "must be a Slurm name: letters, digits, "
                                   "'_', '.', '-' (not starting with '-')")
-        if self.time_limit is not None and not _TIME_LIMIT.fullmatch(self.time_limit):
+        if self.time_limit is not None and time_limit_s(self.time_limit) is None:
             raise ConfigError("--time-limit", self.time_limit, "must be Slurm's format: "
-                              "minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]], e.g. 30 or 1:00:00")
+                              "minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]], from 1 minute to "
+                              f"{MAX_TIME_LIMIT_DAYS} days (0 would mean none), e.g. 30 or "
+                              "1:00:00")
         if not 0 <= self.gpus_per_node <= 64:
             raise ConfigError("--gpus-per-node", self.gpus_per_node, "must be 0 to 64")
         if self.runtime not in RUNTIMES:
