@@ -92,7 +92,8 @@ def test_a_task_on_a_node_the_script_has_no_command_for_says_so(tmp_path):
 @pytest.mark.parametrize("field, value", [
     ("partition", "-p evil"), ("partition", "a;b"), ("account", "$(id)"),
     ("time_limit", "10; rm"), ("time_limit", "ten"), ("gpus_per_node", -1),
-    ("gpus_per_node", 1000), ("runtime", "docker"), ("remote_dir", "relative/dir")])
+    ("gpus_per_node", 1000), ("runtime", "docker"), ("remote_dir", "relative/dir"),
+    ("remote_dir", "/a,/:/host"), ("remote_dir", "/srv/a:b"), ("remote_dir", "/srv/a\nb")])
 def test_bad_options_are_refused_naming_the_setting(field, value):
     with pytest.raises(ConfigError) as error:
         slurm.SlurmOptions(**{field: value})

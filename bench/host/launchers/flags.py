@@ -84,9 +84,14 @@ def env_name(field: dataclasses.Field) -> str:
 
 
 def absolute_remote_dir(text: str, setting: str) -> str:
-    """``text`` if it is an absolute path (this checkout on the other hosts), else
-    ConfigError naming ``setting``."""
+    """``text`` if it is an absolute path (this checkout on the other hosts) of printable
+    characters with no ',' or ':', else ConfigError naming ``setting``: the directory is
+    mounted by its name (pyxis's --container-mounts and Docker's -v split a mount at ','
+    and ':', so /a,/:/host would add a mount of the host's root)."""
     if not text.startswith("/"):
         raise ConfigError(setting, text, "must be an absolute path on the hosts, e.g. "
                           "/srv/bench")
+    if not text.isprintable() or "," in text or ":" in text:
+        raise ConfigError(setting, text, "must be a path of printable characters with no "
+                          "',' or ':' (a mount's separators), e.g. /srv/bench")
     return text

@@ -148,9 +148,8 @@ class SlurmOptions:
         if self.runtime in ("compose", "pyxis") and not self.image:
             raise ConfigError("--image", "''", f"the {self.runtime} runtime needs the "
                               "trainer image")
-        if self.remote_dir is not None and not self.remote_dir.startswith("/"):
-            raise ConfigError("--remote-dir", self.remote_dir, "must be an absolute path "
-                              "on the nodes, e.g. /srv/bench")
+        if self.remote_dir is not None:
+            flags.absolute_remote_dir(self.remote_dir, "--remote-dir")
 
 
 def sbatch_path(setting: str, path: Path) -> str:
