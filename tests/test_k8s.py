@@ -71,8 +71,27 @@ def as_pod(template: dict) -> dict:
             "spec": template["spec"]}
 
 
+def kubelet_value(value: str, defined: dict[str, str] | None = None) -> str:
+    """An env value as the kubelet hands it to the container: $$ read as $, $(NAME) as
+    NAME's value where an earlier variable defines it (else kept as written), any other $
+    as itself (Kubernetes' expansion, third_party/forked/golang/expansion)."""
+    out, i = [], 0
+    while i < len(value):
+        if value.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif value.startswith("$(", i) and (end := value.find(")", i + 2)) != -1:
+            out.append((defined or {}).get(value[i + 2:end], value[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out)
+
+
 def env_of(container: dict) -> dict[str, str]:
-    return {v["name"]: v["value"] for v in container["env"]}
+    """What the container's environment holds: each value after the kubelet's expansion."""
+    return {v["name"]: kubelet_value(v["value"]) for v in container["env"]}
 
 
 # --- schemas --------------------------------------------------------------------------------
@@ -686,3 +705,31 @@ def test_the_manifest_never_replaces_a_file_bench_did_not_write(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert len(list(yaml.safe_load_all(manifest.read_text()))) >= 2
     assert sorted(p.name for p in manifest.parent.iterdir()) == ["job.yaml"]
+
+
+def test_every_env_value_reaches_the_container_as_given_dollars_included(tmp_path):
+    """The kubelet expands $(NAME) and reads $$ as $: a --data-dir naming $(BENCH_MODULE),
+    or holding $$, reaches the pod unchanged."""
+    data_dir = "/data/a$$b/$(BENCH_MODULE)/c$d"
+    spec = job(tmp_path, args=(*ARGS, "--data", "fashion-mnist", "--data-dir", data_dir))
+    for kind in ("indexed", "pytorchjob"):
+        docs = k8s.manifests(options(tmp_path, kind=kind), spec)
+        containers = [c for doc in docs for c in _containers_of(doc)]
+        assert containers
+        for container in containers:
+            env = env_of(container)
+            assert data_dir in shlex.split(env["BENCH_ARGS"]), env["BENCH_ARGS"]
+            defined: dict[str, str] = {}
+            for variable in container["env"]:      # in order, as the kubelet reads them
+                seen = kubelet_value(variable["value"], defined)
+                assert seen == env[variable["name"]], variable
+                defined[variable["name"]] = seen
+
+
+def _containers_of(doc: dict) -> list[dict]:
+    if doc["kind"] == "PyTorchJob":
+        return [c for replica in doc["spec"]["pytorchReplicaSpecs"].values()
+                for c in replica["template"]["spec"]["containers"]]
+    if doc["kind"] == "Job":
+        return doc["spec"]["template"]["spec"]["containers"]
+    return []

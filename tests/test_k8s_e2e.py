@@ -21,6 +21,7 @@ from bench.host.launchers import k8s
 from bench.host.launchers.base import JobSpec
 from bench.topology import Topology
 from conftest import EXAMPLE_ENV, REPO, assert_breakdown, free_port, validate
+from tests.test_k8s import kubelet_value
 
 pytestmark = pytest.mark.e2e
 ENTRYPOINT = REPO / "docker" / "node-entrypoint.sh"
@@ -79,7 +80,7 @@ def docker_run(image: str, pod: dict, env: dict[str, str], *, results: Path, dat
         else:
             raise AssertionError(f"a volume this test cannot stand in for: {volume}")
     for variable in container["env"]:
-        argv += ["-e", f"{variable['name']}={variable['value']}"]
+        argv += ["-e", f"{variable['name']}={kubelet_value(variable['value'])}"]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
     # This checkout's entrypoint, whether or not the image was rebuilt since it changed.
@@ -142,7 +143,7 @@ def test_the_indexed_job_pods_make_one_two_node_record(cpu_image, tmp_path, dirs
     _, batch = k8s.indexed_job(options(tmp_path, cpu_image, "indexed"), spec)
     name = batch["metadata"]["name"]
     pod = batch["spec"]["template"]["spec"]
-    env = {v["name"]: v["value"] for v in pod["containers"][0]["env"]}
+    env = {v["name"]: kubelet_value(v["value"]) for v in pod["containers"][0]["env"]}
     assert "NODE_RANK" not in env and env["MASTER_ADDR"] == f"{name}-0.{name}"
     names = [POD.format(f"{name}-{index}") for index in range(2)]
     # What the Job controller gives each pod: its index.

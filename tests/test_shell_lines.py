@@ -38,6 +38,7 @@ from bench.host.launchers.nodes import NodeCommand
 from bench.options import ConfigError
 from bench.topology import Topology, host_address, parse_hosts
 from conftest import EXAMPLE_ENV, REPO
+from tests.test_k8s import kubelet_value
 
 # Every directory of this module in one, removed when the test process exits (a module's
 # constants cannot take a fixture's tmp_path; five directories left per run add up).
@@ -73,6 +74,9 @@ large = settings(suppress_health_check=[HealthCheck.data_too_large, HealthCheck.
 # One path component: no '/' and not '.' or '..', so the path keeps its shape.
 COMPONENT = HOSTILE.map(lambda text: text.replace("/", "_")[:200]).filter(
     lambda text: text not in ("", ".", ".."))
+# A remote directory the options accept (printable, no mount separator ',' or ':'): the
+# rest of the hostile alphabet, quotes, $(...) and ; included, still reaches the lines.
+REMOTE_DIR = COMPONENT.filter(lambda text: text.isprintable() and not set(text) & set(",:"))
 
 # A stub that records its argv (name first, NUL-separated) and answers what it must.
 _STUB = """#!/bin/sh
@@ -175,7 +179,7 @@ def _expected_remote(options, launcher, job, rank):
 
 
 SSH_VALUES = dict(runtime=st.sampled_from(["native", "compose"]), env_file=HOSTILE.filter(bool),
-                  remote_dir=COMPONENT, results=COMPONENT, args=ARGS, comm_value=HOSTILE,
+                  remote_dir=REMOTE_DIR, results=COMPONENT, args=ARGS, comm_value=HOSTILE,
                   host=st.one_of(st.from_regex(r"([a-z_][a-z0-9_-]{0,8}@)?[a-z0-9][a-z0-9.-]"
                                                r"{0,30}", fullmatch=True), HOSTILE))
 
@@ -229,7 +233,7 @@ SBATCH_SAFE = st.one_of(st.sampled_from(SBATCH_PAYLOADS), st.text(st.characters(
 SLURM_VALUES = dict(
     runtime=st.sampled_from(["native", "compose", "pyxis"]),
     results=st.one_of(SBATCH_SAFE, COMPONENT),
-    remote_dir=COMPONENT, env_file=HOSTILE.filter(bool), args=ARGS,
+    remote_dir=REMOTE_DIR, env_file=HOSTILE.filter(bool), args=ARGS,
     partition=st.sampled_from([None, "gpu"]), account=st.sampled_from([None, "lab-1"]),
     time_limit=st.sampled_from([None, "1:00:00", "2-12"]), gpus=st.integers(0, 8))
 
@@ -413,7 +417,8 @@ def test_the_kubernetes_entrypoint_gets_exactly_the_flags_or_they_are_refused(ar
     except ConfigError:
         return
     (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    # What the container gets: each value after the kubelet's $(NAME) and $$ expansion.
+    env = {item["name"]: kubelet_value(item["value"]) for item in container["env"]}
     assert shlex.split(env["BENCH_ARGS"]) == list(args)
     # The container's command: the image's entrypoint with this env. It splits BENCH_ARGS
     # with the real python3's shlex; only the torchrun agent it ends with is stubbed.

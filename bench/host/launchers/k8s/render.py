@@ -53,7 +53,9 @@ def _container(options: K8sOptions, job: JobSpec, name: str, env: dict[str, str]
         "image": options.image,
         "imagePullPolicy": "IfNotPresent",
         # No command or args: the image's entrypoint (docker/node-entrypoint.sh) runs.
-        "env": [{"name": k, "value": v} for k, v in pod_env.items()],
+        # The kubelet expands $(NAME) in a value and reads $$ as $: every $ written as $$
+        # reaches the container as given (a --data-dir holding $(BENCH_MODULE) included).
+        "env": [{"name": k, "value": v.replace("$", "$$")} for k, v in pod_env.items()],
         "ports": [{"name": port_name, "containerPort": job.master_port, "protocol": "TCP"}],
         "resources": resources,
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
