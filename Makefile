@@ -33,6 +33,12 @@ override ENTERING := $(USER_VARIABLES) COMPOSE
 $(foreach v,$(ENTERING),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(if $(findstring $$,$(value $(v))),$(error $(v)=$(value $(v)): make would expand the \
   '$$' in it (a $$(...) would run); give $(v) without '$$'))))
+# Nor may one start with '-': bench, docker or ssh would read it as an option of theirs
+# (RESULTS=--help printed bench report's help). MATRIX_ARGS alone is flags by design.
+$(foreach v,$(filter-out MATRIX_ARGS,$(ENTERING)),\
+  $(if $(filter command environment,$(firstword $(origin $(v)))),\
+  $(if $(filter -%,$(firstword $(value $(v)))),$(error $(v)=$(value $(v)): starts with '-', \
+  which the command it reaches would read as an option; give $(v) a value that does not))))
 # Every other variable is the Makefile's own (RUN_TAG, CPU_ENV_FILE, the recipe fragments):
 # given on the command line it would become recipe text unchecked, so it is refused (also
 # one a parent make was given, which arrives the same way). `make -e` would let the

@@ -258,6 +258,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "make table results": (make("table", f"RESULTS=x;touch {PWNED}"), "x;touch"),
     "make matrix topologies": (make("bench-matrix", f"TOPOLOGIES=1x1'; touch {PWNED}; '"),
                                "--topologies"),
+    "make results an option": (make("report", "RESULTS=--help"), "RESULTS"),
+    "make link-from an option": (make("bench-predict", "LINK_FROM=-x"), "LINK_FROM"),
     "make k8s dir empty": (make("k8s-manifests", "IMAGE=reg.example/bench:1", "K8S_DIR="),
                            "K8S_DIR"),
     "make matrix model": (make("bench-matrix", f"MODEL=$(touch {PWNED})"), "MODEL"),
