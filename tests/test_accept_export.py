@@ -69,10 +69,23 @@ def test_the_textfile_is_written_only_over_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://u:p@h:9091", "http://h:9091/x",
-                                 "http://h:99999", "http://-h:1", "http://h:1?q", "h:9091"])
+                                 "http://h:99999", "http://-h:1", "http://h:1?q", "h:9091",
+                                 "http://a b:9091", "http://a$b:9091", "http://a\nb:9091",
+                                 "http://[::1:9091", "http://h:x", "http://a;b:1"])
 def test_a_bad_gateway_is_refused(url):
     with pytest.raises(ConfigError, match="--pushgateway"):
         accept_export.check_gateway(url)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9091", "https://gw.lab.example",
+                                 "http://[::1]:9091/"])
+def test_a_gateway_url_is_taken_as_given(url):
+    assert accept_export.check_gateway(url) == url.rstrip("/")
+
+
+def test_a_textfile_in_a_missing_directory_is_refused_before_the_run(tmp_path):
+    with pytest.raises(ConfigError, match="its directory does not exist"):
+        accept_export.check_textfile(tmp_path / "nodir" / "bench.prom")
 
 
 @pytest.mark.parametrize("name", ["", "-x", "a/b", "a b", "x" * 64, "é"])

@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.analysis.acceptance import SEVERITY, Row
 from bench.options import ConfigError
 from bench.paths import HASH_MARK, check_output, write_output
+from bench.topology import check_host
 
 JOB = "bench_accept"
 # A Pushgateway grouping value becomes part of a URL path: a plain name.
@@ -32,17 +33,25 @@ def check_cluster(name: str) -> str:
 
 
 def check_gateway(url: str) -> str:
-    """http(s)://HOST[:PORT] with nothing else: no credentials, path, query or fragment."""
-    parts = urllib.parse.urlsplit(url)
+    """http(s)://HOST[:PORT] with nothing else: no credentials, path, query or fragment,
+    and HOST a strict host name (topology.check_host: no blank, '$' or newline in it)."""
+    refused = ConfigError("--pushgateway", url, "must be http://HOST:PORT (or https), e.g. "
+                          "http://127.0.0.1:9091")
+    if not url.isprintable():   # urlsplit drops a newline or tab: http://a\nb read as ab
+        raise refused
     try:
+        parts = urllib.parse.urlsplit(url)
         port_ok = parts.port is None or 1 <= parts.port <= 65535
-    except ValueError:
-        port_ok = False
+    except ValueError:          # a port that is no number, an unclosed [IPv6
+        raise refused from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username \
             or parts.password or parts.path not in ("", "/") or parts.query \
-            or parts.fragment or not port_ok or parts.hostname.startswith("-"):
-        raise ConfigError("--pushgateway", url, "must be http://HOST:PORT (or https), e.g. "
-                          "http://127.0.0.1:9091")
+            or parts.fragment or not port_ok:
+        raise refused
+    try:
+        check_host(parts.hostname, "--pushgateway")
+    except ConfigError:
+        raise refused from None
     return url.rstrip("/")
 
 
@@ -50,6 +59,10 @@ def check_textfile(path: Path) -> Path:
     if path.suffix != ".prom":
         raise ConfigError("--prometheus-textfile", path, "must end in .prom (node_exporter's "
                           "textfile collector reads only those)")
+    if not path.parent.is_dir():    # found now, not after the whole acceptance run
+        raise ConfigError("--prometheus-textfile", path, "its directory does not exist: give "
+                          "node_exporter's textfile directory, e.g. "
+                          "/var/lib/node_exporter/textfile_collector/bench.prom")
     check_output(path, "--prometheus-textfile", (), FIX)
     return path
 
