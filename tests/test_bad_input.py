@@ -228,6 +228,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "predict only bad lines": (bench("predict", "{s}/results/bad.jsonl"), "bad.jsonl"),
     "predict link-from missing": (bench("predict", "{s}/results/good.jsonl", "--link-from",
                                         "{s}/results/missing.jsonl"), "missing.jsonl"),
+    "predict latency huge": (bench("predict", "{s}/results/good.jsonl", "--latency", "1e300"),
+                             "--latency"),
+    "compare format unknown": (bench("compare", "--format", "no-such", "{s}/results/good.jsonl",
+                                     "{s}/results/good.jsonl"), "--format"),
     "predict latency nan": (bench("predict", "{s}/results/good.jsonl", "--latency", "nan"),
                             "--latency"),
     # --- a path flag left empty (Path("") is the current directory) or holding a newline

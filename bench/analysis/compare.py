@@ -18,7 +18,7 @@ import math
 import statistics
 import sys
 
-from tabulate import tabulate
+from tabulate import tabulate, tabulate_formats
 
 from bench import record
 from bench.analysis.table import FIELDS, metric_of, natural_order, parse_group_by
@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None, prog: str = "bench compare") -> int:
                         help="fields a cell must share on both sides")
     parser.add_argument("--threshold", type=float, default=0.05,
                         help="relative difference counted as noise when a side has one run")
-    parser.add_argument("--format", default="pipe", help="a tabulate format")
+    parser.add_argument("--format", default="pipe", choices=tabulate_formats,
+                        metavar="FORMAT", help="a tabulate format: "
+                        f"{', '.join(tabulate_formats)}")
     args = parser.parse_args(argv)
     try:
         match = parse_group_by(args.match, "--match")

@@ -808,6 +808,9 @@ def _cpu_cost_line(link: Link, repeats: dict[tuple, list[dict]]) -> str:
     return "all-reduce CPU cost: not charged (training on GPUs)"
 
 
+MAX_LATENCY_S = 10.0
+
+
 def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     p = OneLineErrorParser(prog=prog, description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -833,9 +836,10 @@ def main(argv: list[str] | None = None, prog: str = "bench predict") -> int:
     args = p.parse_args(argv)
     try:
         nodes = parse_positive_ints(args.nodes, "--nodes")
-        if not math.isfinite(args.latency) or args.latency < 0:
-            raise ConfigError("--latency", args.latency, "must be 0 or more seconds (a finite "
-                              "number)")
+        # Seconds per all-reduce call: 10 s is no link's latency, only a typo's (ms for s).
+        if not math.isfinite(args.latency) or not 0 <= args.latency <= MAX_LATENCY_S:
+            raise ConfigError("--latency", args.latency, "must be 0 to "
+                              f"{MAX_LATENCY_S:g} seconds per call, e.g. 0.0002")
         if args.latency and args.link_from:
             raise ConfigError("--latency", args.latency, "only sets a nominal link's latency; "
                               "--link-from uses the measured one: drop --latency")
