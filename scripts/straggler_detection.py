@@ -263,6 +263,13 @@ def _checked(a: argparse.Namespace) -> None:
                           "at least one run, e.g. --n-clean 20 --n-slow 10")
     if a.batch_size is not None:
         require_range(a.batch_size, "batch_size", 1, 65536)
+    # The outputs too, before any run: a file where the directory goes, or a table there
+    # that bench did not write, would otherwise be found after the whole measurement.
+    if a.out.exists() and not a.out.is_dir():
+        raise ConfigError("--out", a.out, "is not a directory: give a new or earlier run's "
+                          "directory")
+    for name in ("straggler.md", "straggler.json"):
+        check_output(a.out / name, "--out", (), "give --out another directory")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,3 +148,17 @@ def test_analyse_only_rereads_the_records_and_writes_the_table(tmp_path, capsys)
 def test_bad_settings_are_one_line_before_anything_runs(tmp_path, capsys, args, says):
     assert sd.main([*args, "--out", str(tmp_path / "new")]) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_an_output_it_cannot_write_is_refused_before_any_run(tmp_path, capsys, monkeypatch):
+    """--out a file, or a directory holding a stranger's straggler.json: one line, exit 2,
+    and no run measured (the check used to come after the whole measurement)."""
+    monkeypatch.setattr(sd, "measure", lambda a: pytest.fail("a run started"))
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("mine\n")
+    assert sd.main(["--out", str(a_file)]) == 2
+    assert "--out=" in capsys.readouterr().err and a_file.read_text() == "mine\n"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "straggler.json").write_text("{}")
+    assert sd.main(["--out", str(tmp_path / "old")]) == 2
+    assert "lacks the mark" in capsys.readouterr().err
