@@ -196,12 +196,17 @@ settings: venv ## check this node's settings (NODE_ENV, PROFILE) without startin
 pick_image = image=$$MK_IMAGE; [ "$$MK_PROFILE" != cpu ] || image=$$MK_CPU_IMAGE
 
 # BENCH_ARGS of the settings file as separate arguments (shlex, as a shell would split
-# them, but nothing is run), NUL-separated for mapfile.
+# them, but nothing is run), NUL-separated for mapfile; one that cannot be split: one line
+# naming it, exit 2 (the recipe runs it once to check before reading its words).
 define split_bench_args
-import shlex, sys
+import sys
 from pathlib import Path
-from bench.host.settings import read_env_file
-sys.stdout.write("\0".join(shlex.split(read_env_file(Path(sys.argv[1])).get("BENCH_ARGS", ""))))
+from bench.host.settings import ConfigError, bench_args, read_env_file
+try:
+    sys.stdout.write("\0".join(bench_args(read_env_file(Path(sys.argv[1])))))
+except ConfigError as error:
+    print(f"node-up: error: {error}", file=sys.stderr)
+    sys.exit(2)
 endef
 export split_bench_args
 
@@ -214,7 +219,8 @@ gpu_workload = workload_extra=(--device cuda --channels-last)
 # The trainer flags: PRECISION, the GPU profiles' gpu_workload, then BENCH_ARGS (the job's
 # own flags win over the target's defaults).
 node-up: venv ## join the job described by NODE_ENV on this node (PROFILE=gpu|gpu-ib|cpu; NODE_RANK=i); GPU profiles: PRECISION (auto), channels-last
-	@$(pick_image); mapfile -d '' -t bench_args < <($(PY) -c "$$split_bench_args" "$$MK_NODE_ENV"); \
+	@$(pick_image); $(PY) -c "$$split_bench_args" "$$MK_NODE_ENV" > /dev/null || exit 2; \
+	mapfile -d '' -t bench_args < <($(PY) -c "$$split_bench_args" "$$MK_NODE_ENV"); \
 	workload_extra=(); [ "$$MK_PROFILE" = cpu ] || $(gpu_workload); \
 	$(PY) -m bench compose --profile "$$MK_PROFILE" --env-file "$$MK_NODE_ENV" --only-this-node \
 	  --image "$$image" -- --precision "$$MK_PRECISION" "$${workload_extra[@]}" "$${bench_args[@]}"

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -445,3 +446,28 @@ def test_seccomp_profile_is_dockers_default_plus_name_to_handle_at():
                  and "bench-nfs:" in lines[i + 4])
     upstream = "\n".join(lines[:start - 2] + lines[start + 12:])
     assert hashlib.sha256(upstream.encode()).hexdigest() == UPSTREAM_SECCOMP_SHA256
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", []), ("--steps 20", ["--steps", "20"]),
+    ("--steps 20 --data-dir '/data/a b'", ["--steps", "20", "--data-dir", "/data/a b"])])
+def test_bench_args_are_split_as_a_shell_would(text, words):
+    assert settings_module.bench_args({"BENCH_ARGS": text}) == words
+
+
+@pytest.mark.parametrize("text", ["--model 'resnet18", '--x "a', "--x a\\"])
+def test_bench_args_that_cannot_be_split_are_refused_in_one_line(tmp_path, text):
+    """An unclosed quote: bench settings names BENCH_ARGS, and so does make node-up, before
+    anything starts (it printed a traceback and went on without the flags)."""
+    env = tmp_path / "node.env"
+    env.write_text(EXAMPLE.read_text() + f"\nBENCH_ARGS={text}\n")
+    with pytest.raises(ConfigError, match="BENCH_ARGS"):
+        settings_module.bench_args(read_env_file(env))
+    for argv in ([sys.executable, "-m", "bench", "settings", "--env-file", str(env),
+                  "--profile", "cpu"],
+                 ["make", "--no-print-directory", "-C", str(REPO), "node-up",
+                  f"NODE_ENV={env}", "PROFILE=cpu"]):
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+        lines = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
+        assert proc.returncode == 2 and len(lines) == 1 and "BENCH_ARGS=" in lines[0], proc
+        assert "Traceback" not in proc.stderr

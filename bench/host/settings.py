@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -460,6 +461,17 @@ INTERPOLATED = (
     "NFS_SQUASH", "NFS_PSEUDO_PATH", "NFS_EXPORT_DIR", "NFS_SECCOMP_PROFILE")
 
 
+def bench_args(values: dict[str, str]) -> list[str]:
+    """BENCH_ARGS as the trainer's flags, split as a shell would split them (nothing run);
+    ConfigError naming BENCH_ARGS where it cannot be split (an unclosed quote)."""
+    text = values.get("BENCH_ARGS", "")
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise ConfigError("BENCH_ARGS", text, f"cannot be split into flags ({error}): close "
+                          "each quote, e.g. BENCH_ARGS=--steps 20 --model 'resnet18'") from None
+
+
 def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
     parser = OneLineErrorParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -477,6 +489,7 @@ def main(argv: list[str] | None = None, prog: str = "bench settings") -> int:
             raise ConfigError("--nfs-timeout", args.nfs_timeout, "must be in (0, 600] seconds")
         values = load(args.env_file)
         settings = NodeSettings.parse(values, args.profile)
+        bench_args(values)
         if settings.profile == "nfs":
             check_nfs_server(values)
         else:
