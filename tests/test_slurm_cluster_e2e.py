@@ -313,7 +313,7 @@ def test_a_bad_pin_setting_is_refused_before_anything_starts():
     env = {**_new_cluster_env(), "BENCH_SLURM_PIN": "yes"}
     try:
         out = _script(env, "start")
-        assert out.returncode == 1, out.stderr
+        assert out.returncode == 2, out.stderr      # a user's wrong setting
         assert "BENCH_SLURM_PIN=yes: 0 or 1" in out.stderr
         assert _marked_pids(env["BENCH_SLURM_DIR"]) == []
     finally:
