@@ -82,23 +82,20 @@ def time_limit_s(text: str) -> int | None:
         return None
     days, _, clock = text.rpartition("-")
     fields = [int(field) for field in clock.split(":")]
-    bounded: tuple[int, ...]                    # the fields with a clock's limit, and those
-    limits: tuple[int, ...]
     if days:                                    # D-HH[:MM[:SS]]
         hours, minutes, seconds = (fields + [0, 0])[:3]
-        bounded, limits = (hours, minutes, seconds), (23, 59, 59)
+        on_clock = hours <= 23 and minutes <= 59 and seconds <= 59
         total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
     elif len(fields) == 3:                      # HH:MM:SS
         hours, minutes, seconds = fields
-        bounded, limits = (minutes, seconds), (59, 59)
+        on_clock = minutes <= 59 and seconds <= 59
         total = (hours * 60 + minutes) * 60 + seconds
     elif len(fields) == 2:                      # MM:SS
-        bounded, limits = (fields[1],), (59,)
-        total = fields[0] * 60 + fields[1]
+        minutes, seconds = fields
+        on_clock, total = seconds <= 59, minutes * 60 + seconds
     else:                                       # minutes
-        bounded, limits = (), ()
-        total = fields[0] * 60
-    if any(value > limit for value, limit in zip(bounded, limits, strict=True)):
+        on_clock, total = True, fields[0] * 60
+    if not on_clock:
         return None
     return total if 60 <= total <= MAX_TIME_LIMIT_DAYS * 86400 else None
 
